@@ -1,0 +1,46 @@
+"""jaxfp8: FP8, FP6, FP4 and MX (OCP Microscaling) numbers, first-class in JAX.
+
+>>> import jax.numpy as jnp, jaxfp8
+>>> jaxfp8.cast(jnp.array([1000.0]), "e4m3")
+Array([448], dtype=float8_e4m3fn)
+"""
+from __future__ import annotations
+
+import importlib
+
+from jaxfp8 import formats as formats
+from jaxfp8._src import guard as _guard
+from jaxfp8._src.cast import cast as cast
+from jaxfp8._src.cast import encode as encode
+from jaxfp8._src.cast import ROUNDINGS as ROUNDINGS
+from jaxfp8._src.codes import CodeArray as CodeArray
+from jaxfp8._src.codes import decode as decode
+from jaxfp8._src.formats import Format as Format
+
+__version__ = "0.1.0"
+
+_guard.install()
+
+# Submodules and names from heavier modules load on first use.
+_LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy")
+_LAZY_NAMES = {
+    "install": "jaxfp8._src.install",
+    "uninstall": "jaxfp8._src.install",
+    "installed": "jaxfp8._src.install",
+    "Policy": "jaxfp8._src.policy",
+    "get_policy": "jaxfp8._src.policy",
+}
+
+
+def __getattr__(name: str):
+  if name in _LAZY_MODULES:
+    return importlib.import_module(f"jaxfp8.{name}")
+  if name in _LAZY_NAMES:
+    return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+  raise AttributeError(f"module 'jaxfp8' has no attribute {name!r}")
+
+
+__all__ = [
+    "CodeArray", "Format", "Policy", "ROUNDINGS", "cast", "decode", "encode",
+    "formats", "get_policy", "install", "installed", "uninstall",
+]

@@ -1,0 +1,1 @@
+"""Benchmark suites for ``python -m jaxfp8 bench <suite>``; see ``_timing``."""

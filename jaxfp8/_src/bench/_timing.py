@@ -1,0 +1,43 @@
+"""Timing helpers shared by the bench suites: medians and same-run ratios."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Sequence
+
+import jax
+
+
+def median_seconds(fn: Callable[[], object], *, repeats: int = 7,
+                   warmup: int = 2) -> float:
+  """Median wall time of ``fn()`` (its result blocked on), after warm-up."""
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], *,
+                        repeats: int = 7, warmup: int = 2) -> dict[str, float]:
+  """Medians of several functions timed round-robin, so noise hits all alike."""
+  for fn in fns.values():
+    for _ in range(warmup):
+      jax.block_until_ready(fn())
+  times: dict[str, list[float]] = {k: [] for k in fns}
+  for _ in range(repeats):
+    for k, fn in fns.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(fn())
+      times[k].append(time.perf_counter() - t0)
+  return {k: statistics.median(v) for k, v in times.items()}
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+  lines = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" for _ in header) + "|"]
+  lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+  return "\n".join(lines)

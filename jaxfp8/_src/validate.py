@@ -1,0 +1,54 @@
+"""Argument checks shared by the public functions: plain Python, before jit."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def check_array(x: Any, arg: str, fn: str) -> None:
+  """Raises TypeError unless ``x`` is an array or a scalar number."""
+  from jaxfp8._src.codes import CodeArray  # pylint: disable=g-import-not-at-top
+  if isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, bool,
+                    CodeArray)) or hasattr(x, "__jax_array__"):
+    return
+  raise TypeError(f"`{arg}` argument to `{fn}` must be an array or a scalar, "
+                  f"got {type(x).__name__}")
+
+
+def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
+  """Returns ``key`` if it is a typed PRNG key or a raw uint32 key array."""
+  if isinstance(key, (jax.Array, np.ndarray)):
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+      return key
+    if key.dtype == np.uint32 and key.ndim >= 1:
+      return jnp.asarray(key)
+  raise TypeError(
+      f"`{arg}` argument to `{fn}` must be a PRNG key (jax.random.key or "
+      f"jax.random.PRNGKey), got {type(key).__name__}"
+      f"{' of dtype ' + str(key.dtype) if hasattr(key, 'dtype') else ''}")
+
+
+def check_shape(shape: Any, fn: str, arg: str = "shape") -> tuple[int, ...]:
+  """Canonicalizes a shape, raising TypeError/ValueError naming ``arg``."""
+  if isinstance(shape, (int, np.integer)):
+    shape = (shape,)
+  try:
+    out = tuple(operator.index(d) for d in shape)
+  except TypeError as e:
+    raise TypeError(f"`{arg}` argument to `{fn}` must be a sequence of "
+                    f"integers, got {shape!r}") from e
+  if any(d < 0 for d in out):
+    raise ValueError(f"`{arg}` argument to `{fn}` must have non-negative "
+                     f"sizes, got {out}")
+  return out
+
+
+def check_choice(value: Any, choices: Sequence[str], arg: str, fn: str) -> str:
+  if value not in choices:
+    raise ValueError(f"`{arg}` argument to `{fn}` must be one of "
+                     f"{', '.join(map(repr, choices))}; got {value!r}")
+  return value
