@@ -1,0 +1,45 @@
+"""The ``cast`` method: draw float32 with jax.random, round with jaxfp8.cast.
+
+Works for every sampler and every parameter (traced, per-element, in any
+format). With ``rounding="nearest"`` the result is exactly
+``jaxfp8.cast(jax.random.<dist>(key, ..., jnp.float32), fmt)``: the law of the
+float32 draw rounded to nearest-even, saturating. ``rounding="stochastic"``
+splits the key once and spends another 32 random bits per sample on the
+rounding. Cost: 32 random bits (64 when stochastic) per sample, plus whatever
+jax.random spends on the float32 transformation.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxfp8._src import cast as cast_lib
+from jaxfp8._src import formats
+
+
+@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "rounding",
+                                             "static"))
+def _sample(key, arrays: dict[str, Any], *, dist: str, fmt_name: str,
+            rounding: str, static: tuple[tuple[str, Any], ...]):
+  fmt = formats.get(fmt_name)
+  rand = None
+  if rounding == "stochastic":
+    key, rkey = jax.random.split(key)
+  x = getattr(jax.random, dist)(key, dtype=jnp.float32, **dict(static),
+                                **arrays)
+  if rounding == "stochastic":
+    rand = jax.random.bits(rkey, x.shape, jnp.uint32)
+  return cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
+                            not fmt.native)
+
+
+def sample(key: jax.Array, dist: str, fmt: formats.Format,
+           arrays: dict[str, jax.Array], static: dict[str, Any],
+           rounding: str = "nearest"):
+  """Draws ``jax.random.<dist>(key, dtype=float32, **static, **arrays)`` and
+  rounds it into ``fmt``; returns a native array or uint8 codes."""
+  return _sample(key, arrays, dist=dist, fmt_name=fmt.name, rounding=rounding,
+                 static=tuple(sorted(static.items())))

@@ -1,0 +1,176 @@
+"""Pieces every sampling method shares: formats, keys, parameters, output.
+
+Samplers work on *codes* (the format's uint8 bit patterns) and turn them into
+the caller's array type at the very end, so one code path serves formats the
+installed XLA can hold (a native array comes back) and formats it can't
+(float6: a :class:`jaxfp8.CodeArray`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import validate
+from jaxfp8._src.codes import CodeArray
+from jaxfp8._src.codes import decode
+
+
+def out_format(dtype: Any, fn: str) -> formats.Format | None:
+  """The narrow format asked for, or None for a wide float (or ``None``).
+
+  Raises:
+    TypeError: for integer, boolean or other non-floating dtypes, naming
+      ``fn`` and the ``dtype`` argument.
+  """
+  if dtype is None or dtype is float:
+    return None
+  try:
+    fmt = formats.get(dtype, arg="dtype", fn=fn)
+  except TypeError as e:
+    raise TypeError(f"`dtype` argument to `{fn}` must be a floating format "
+                    f"(float32, bfloat16, float16, or a narrow format such as "
+                    f"float8_e4m3fn), got {_dtype_name(dtype)}") from e
+  return fmt if fmt.narrow else None
+
+
+def _dtype_name(dtype: Any) -> str:
+  try:
+    return np.dtype(dtype).name
+  except TypeError:
+    return repr(dtype)
+
+
+def check_key(key: Any, fn: str) -> jax.Array:
+  """A typed key or raw uint32 key, else a TypeError naming `key`."""
+  return validate.check_key(key, fn)
+
+
+def as_float32(x: Any, arg: str, fn: str) -> jax.Array:
+  """A parameter as float32 (narrow arrays and CodeArrays decoded exactly)."""
+  validate.check_array(x, arg, fn)
+  if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
+    return decode(x, jnp.float32)
+  x = jnp.asarray(x)
+  if not (jnp.issubdtype(x.dtype, jnp.floating)
+          or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == bool):
+    raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
+                    f"{x.dtype}")
+  return x.astype(jnp.float32)
+
+
+def concrete_scalar(x: Any) -> float | None:
+  """The value of a concrete 0-d parameter, or None if traced or per-element.
+
+  Narrow arrays are decoded exactly; Python numbers and float64 NumPy scalars
+  keep their full precision (the exact law uses them as given).
+  """
+  if isinstance(x, jax.core.Tracer):
+    return None
+  if isinstance(x, (int, float, bool, np.integer, np.floating)):
+    return float(x)
+  if isinstance(x, CodeArray):
+    if x.ndim or isinstance(x.codes, jax.core.Tracer):
+      return None
+    return float(np.asarray(x).astype(np.float64))
+  arr = getattr(x, "ndim", None)
+  if arr != 0:
+    return None
+  try:
+    return float(np.asarray(x).astype(np.float64))
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def check_positive(value: float | None, arg: str, fn: str,
+                   allow_zero: bool = False) -> None:
+  """ValueError if a concrete parameter is not positive (or is NaN)."""
+  if value is None:
+    return
+  ok = value >= 0 if allow_zero else value > 0
+  if not ok or np.isnan(value):
+    want = "non-negative" if allow_zero else "positive"
+    raise ValueError(f"`{arg}` argument to `{fn}` must be {want}, got {value}")
+
+
+def check_less(lo: float | None, hi: float | None, lo_arg: str, hi_arg: str,
+               fn: str) -> None:
+  """ValueError unless ``lo < hi`` (checked when both are concrete)."""
+  if lo is None or hi is None:
+    return
+  if not lo < hi:
+    raise ValueError(f"`{lo_arg}` argument to `{fn}` must be less than "
+                     f"`{hi_arg}`, got {lo_arg}={lo} and {hi_arg}={hi}")
+
+
+def check_array_less(lo: Any, hi: Any, lo_arg: str, hi_arg: str,
+                     fn: str) -> None:
+  """Like :func:`check_less` for concrete arrays (every element)."""
+  def concrete(x):
+    if isinstance(x, CodeArray):
+      x = x.codes if isinstance(x.codes, jax.core.Tracer) else np.asarray(x)
+    if isinstance(x, jax.core.Tracer):
+      return None
+    try:
+      return np.asarray(x).astype(np.float64)
+    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
+      return None
+  a, b = concrete(lo), concrete(hi)
+  if a is None or b is None:
+    return
+  bad = ~(a < b)
+  if np.any(bad):
+    raise ValueError(f"`{lo_arg}` argument to `{fn}` must be less than "
+                     f"`{hi_arg}` (every element), got {lo_arg}={lo} and "
+                     f"{hi_arg}={hi}")
+
+
+def codes_table(fmt: formats.Format) -> np.ndarray:
+  """uint8 code of each of ``fmt.values`` (sorted finite values)."""
+  return fmt.codes.astype(np.uint8)
+
+
+def from_codes(codes: jax.Array, fmt: formats.Format):
+  """uint8 codes -> the caller's array: native narrow array or CodeArray."""
+  if not fmt.native:
+    return CodeArray(codes, fmt)
+  if fmt.bits == 8:
+    return lax.bitcast_convert_type(codes, fmt.dtype)
+  # XLA on CPU can't bitcast uint8 to float4 (it splits the byte): gather.
+  table = jnp.asarray(fmt.code_table.astype(fmt.dtype))
+  return table[codes.astype(jnp.int32)]
+
+
+def wrap(out: jax.Array, fmt: formats.Format):
+  """Output of ``jaxfp8.cast``'s private kernel -> the caller's array."""
+  return out if fmt.native else CodeArray(out, fmt)
+
+
+def shard(out, out_sharding):
+  """Applies ``out_sharding`` like jax.random does (samples don't change)."""
+  if out_sharding is None:
+    return out
+  if isinstance(out, CodeArray):
+    return CodeArray(shard(out.codes, out_sharding), out.format)
+  reshard = getattr(jax.sharding, "reshard", None)
+  if reshard is not None:
+    return reshard(out, out_sharding)
+  return jax.lax.with_sharding_constraint(out, out_sharding)
+
+
+def broadcast_shape(shape: Any, params: dict[str, Any], fn: str
+                    ) -> tuple[int, ...]:
+  """``shape`` checked, or (when None) the broadcast shape of the params."""
+  if shape is not None:
+    return validate.check_shape(shape, fn)
+  shapes = [np.shape(p) if not isinstance(p, CodeArray) else p.shape
+            for p in params.values()]
+  try:
+    return tuple(np.broadcast_shapes(*shapes))
+  except ValueError as e:
+    raise ValueError(f"parameters of `{fn}` don't broadcast together: "
+                     f"{dict(zip(params, shapes))}") from e
