@@ -63,7 +63,8 @@ def _round_magnitude(b, neg, fmt: formats.Format, rounding: str, rand):
   rem = b - lo  # bit distance above lo; compared in the same units as half
   if rounding == "nearest":
     half = jnp.where(in_grid, one >> 1, _U32(_f32_bits(fmt.min_subnormal / 2)))
-    odd = in_grid & ((lo & one) != 0)
+    # The code's last bit sits at bit `shift`: the implicit 1 when shift == 23.
+    odd = in_grid & (((lo & one) != 0) | (shift == 23))
     up = (rem > half) | ((rem == half) & odd)
   elif rounding == "stochastic":
     below = lax.bitcast_convert_type(b, jnp.float32) * np.float32(

@@ -1,0 +1,188 @@
+"""jaxfp8.cast / encode / decode: bit-exact against a float64 reference."""
+import hypothesis
+from hypothesis import strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxfp8
+from jaxfp8 import formats
+from cast_reference import round_reference
+
+NARROW = formats.names(narrow=True)
+ROUNDINGS_DET = ("nearest", "down", "up", "toward_zero")
+
+
+def corner_inputs(fmt) -> np.ndarray:
+  """+-0, subnormals, +-max, just above max, every midpoint, NaN, +-Inf."""
+  f = formats.get(fmt)
+  v = f.values
+  mids = (v[1:] + v[:-1]) / 2
+  top = f.max
+  extra = [0.0, -0.0, f.min_subnormal, f.min_subnormal / 2,
+           f.min_subnormal / 3, f.min_normal, top,
+           np.nextafter(np.float32(top), np.float32(np.inf)), top * 1.03,
+           top * 1.5, top * 4, 1e30, 3.4e38, 1e-40, 6e-39, 1e-45, np.nan,
+           np.inf, -np.inf]
+  x = np.concatenate([v, mids, np.nextafter(mids.astype(np.float32), 0),
+                      np.nextafter(mids.astype(np.float32), np.float32(1e38)),
+                      extra])
+  x = np.concatenate([x, -x])
+  x = np.where(np.isfinite(x), np.clip(x, -3.4e38, 3.4e38), x)
+  return x.astype(np.float32)
+
+
+def assert_same(got, want):
+  got = np.asarray(jaxfp8.decode(got), np.float64)
+  want = np.asarray(want, np.float64)
+  both_nan = np.isnan(got) & np.isnan(want)
+  same = (got == want) & (np.signbit(got) == np.signbit(want))
+  bad = ~(both_nan | same)
+  assert not bad.any(), (got[bad][:10], want[bad][:10])
+
+
+@pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
+@pytest.mark.parametrize("rounding", ROUNDINGS_DET)
+@pytest.mark.parametrize("fmt", NARROW)
+def test_corner_values_match_reference(fmt, rounding, saturate):
+  x = corner_inputs(fmt)
+  got = jaxfp8.cast(jnp.asarray(x), fmt, rounding=rounding, saturate=saturate)
+  assert_same(got, round_reference(x, fmt, rounding, saturate))
+
+
+@pytest.mark.parametrize("fmt", NARROW)
+def test_nearest_matches_ml_dtypes(fmt):
+  """Without saturation, nearest rounding is what ml_dtypes computes."""
+  f = formats.get(fmt)
+  x = corner_inputs(fmt)
+  if f.name == "float8_e8m0fnu":
+    # ml_dtypes rounds float32 subnormals to 2^-126 or 2^-127 inconsistently.
+    x = x[(np.abs(x) >= 2.0**-126) | ~np.isfinite(x) | (x == 0)]
+  if not f.has_nan:
+    # ml_dtypes sends +NaN to -0 and -NaN to +0; jaxfp8 sends every NaN to -0.
+    x = x[~np.isnan(x)]
+  want = x.astype(f.dtype).astype(np.float64)
+  assert_same(jaxfp8.cast(jnp.asarray(x), fmt, saturate=False), want)
+
+
+FINITE_F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
+
+
+@hypothesis.given(st.lists(FINITE_F32, min_size=1, max_size=64),
+                  st.sampled_from(NARROW), st.sampled_from(ROUNDINGS_DET),
+                  st.booleans())
+def test_hypothesis_inputs_match_reference(values, fmt, rounding, saturate):
+  x = np.array(values, np.float32)
+  got = jaxfp8.cast(jnp.asarray(x), fmt, rounding=rounding, saturate=saturate)
+  assert_same(got, round_reference(x, fmt, rounding, saturate))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "e2m3", "e8m0"])
+def test_jit_and_vmap_equal_eager(fmt):
+  x = jnp.asarray(corner_inputs(fmt))
+  eager = jaxfp8.encode(x, fmt, rounding="up").codes
+  jitted = jax.jit(lambda v: jaxfp8.encode(v, fmt, rounding="up").codes)(x)
+  mapped = jax.vmap(lambda v: jaxfp8.encode(v, fmt, rounding="up").codes)(
+      x.reshape(2, -1))
+  np.testing.assert_array_equal(eager, jitted)
+  np.testing.assert_array_equal(eager, mapped.reshape(-1))
+
+
+@pytest.mark.parametrize("fmt", NARROW)
+def test_encode_codes_match_ml_dtypes_bits(fmt):
+  f = formats.get(fmt)
+  x = f.values.astype(np.float32)
+  want = x.astype(f.dtype).view(np.uint8)
+  np.testing.assert_array_equal(jaxfp8.encode(jnp.asarray(x), fmt).codes, want)
+
+
+@pytest.mark.parametrize("fmt", NARROW)
+def test_decode_inverts_every_code(fmt):
+  f = formats.get(fmt)
+  codes = jnp.arange(2**f.bits, dtype=jnp.uint8)
+  got = np.asarray(jaxfp8.decode(jaxfp8.CodeArray(codes, f)), np.float64)
+  np.testing.assert_array_equal(got, f.code_table.astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "e2m3", "e3m2", "e8m0"])
+def test_stochastic_is_unbiased_and_uses_neighbours(fmt):
+  f = formats.get(fmt)
+  v = f.values[f.values > 0]
+  lo, hi = v[len(v) // 2], v[len(v) // 2 + 1]
+  targets = np.array([lo + (hi - lo) * t for t in (0.1, 0.5, 0.77)], np.float32)
+  n = 2**16
+  x = jnp.asarray(np.repeat(targets, n))
+  out = np.asarray(jaxfp8.decode(jaxfp8.cast(
+      x, fmt, rounding="stochastic", key=jax.random.key(7))), np.float64)
+  out = out.reshape(len(targets), n)
+  assert np.isin(out, [lo, hi]).all()
+  stderr = (hi - lo) * 0.5 / np.sqrt(n)
+  np.testing.assert_array_less(np.abs(out.mean(axis=1) - targets), 5 * stderr)
+
+
+def test_stochastic_below_smallest_subnormal_is_unbiased():
+  f = formats.get("e4m3")
+  t = np.float32(f.min_subnormal * 0.3)
+  out = jaxfp8.cast(jnp.full((2**16,), t), f, rounding="stochastic",
+                    key=jax.random.key(1)).astype(jnp.float32)
+  assert set(np.unique(np.asarray(out))) <= {0.0, np.float32(f.min_subnormal)}
+  assert abs(float(out.mean()) - t) < 5 * f.min_subnormal * 0.5 / 256
+
+
+def test_straight_through_gradient():
+  g = jax.grad(lambda x: jaxfp8.cast(x, "e4m3").astype(jnp.float32).sum())(
+      jnp.array([0.3, 1000.0, -2.0]))
+  np.testing.assert_array_equal(g, [1.0, 1.0, 1.0])
+
+
+def test_cast_never_nan_from_finite_when_saturating():
+  x = jnp.asarray(np.random.default_rng(0).standard_normal(4096) * 1e4,
+                  jnp.float32)
+  for fmt in ("e4m3", "e5m2", "e4m3fnuz", "e2m1", "e3m2"):
+    assert not jnp.isnan(jaxfp8.decode(jaxfp8.cast(x, fmt))).any()
+
+
+def test_float6_result_is_code_array_and_survives_jit():
+  y = jax.jit(lambda x: jaxfp8.cast(x, "e3m2"))(jnp.array([1.0, 100.0]))
+  assert isinstance(y, jaxfp8.CodeArray) and y.format.name == "float6_e3m2fn"
+  np.testing.assert_array_equal(jaxfp8.decode(y), [1.0, 28.0])
+  assert y.shape == (2,) and y[1:].shape == (1,)
+
+
+def test_decode_of_numpy_float6():
+  x = np.array([0.5, -3.0], formats.get("e2m3").dtype)
+  np.testing.assert_array_equal(jaxfp8.decode(x), [0.5, -3.0])
+
+
+# -- errors --------------------------------------------------------------------
+
+
+def test_missing_key_for_stochastic():
+  with pytest.raises(ValueError, match="needs a `key`"):
+    jaxfp8.cast(jnp.ones(3), "e4m3", rounding="stochastic")
+
+
+def test_bad_key():
+  with pytest.raises(TypeError, match="`key` argument to `cast`"):
+    jaxfp8.cast(jnp.ones(3), "e4m3", rounding="stochastic", key=3)
+
+
+def test_integer_target_format():
+  with pytest.raises(TypeError, match="must be a floating format.*int8"):
+    jaxfp8.cast(jnp.ones(3), jnp.int8)
+
+
+def test_non_array_input():
+  with pytest.raises(TypeError, match="`x` argument to `cast`.*list"):
+    jaxfp8.cast([1.0, 2.0], "e4m3")
+
+
+def test_unknown_rounding():
+  with pytest.raises(ValueError, match="`rounding`.*'nearest'.*'banker'"):
+    jaxfp8.cast(jnp.ones(3), "e4m3", rounding="banker")
+
+
+def test_unknown_format_lists_nearest_names():
+  with pytest.raises(ValueError, match="'e4m4'.*did you mean.*'e4m3'"):
+    jaxfp8.cast(jnp.ones(3), "e4m4")

@@ -1,0 +1,106 @@
+"""The format registry: lookups, derived facts, value tables, errors."""
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jaxfp8 import formats
+
+NARROW = formats.names(narrow=True)
+EXPECTED = {  # name: (bits, exp, mant, bias, max, has_inf, has_nan)
+    "float8_e4m3fn": (8, 4, 3, 7, 448.0, False, True),
+    "float8_e5m2": (8, 5, 2, 15, 57344.0, True, True),
+    "float8_e4m3fnuz": (8, 4, 3, 8, 240.0, False, True),
+    "float8_e5m2fnuz": (8, 5, 2, 16, 57344.0, False, True),
+    "float8_e4m3b11fnuz": (8, 4, 3, 11, 30.0, False, True),
+    "float8_e4m3": (8, 4, 3, 7, 240.0, True, True),
+    "float8_e3m4": (8, 3, 4, 3, 15.5, True, True),
+    "float8_e8m0fnu": (8, 8, 0, 127, 2.0**127, False, True),
+    "float6_e2m3fn": (6, 2, 3, 1, 7.5, False, False),
+    "float6_e3m2fn": (6, 3, 2, 3, 28.0, False, False),
+    "float4_e2m1fn": (4, 2, 1, 1, 6.0, False, False),
+}
+
+
+def test_every_ml_dtypes_narrow_float_is_registered():
+  assert set(NARROW) == set(EXPECTED)
+  for name in EXPECTED:
+    assert hasattr(ml_dtypes, name)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_layout(name):
+  f = formats.get(name)
+  got = (f.bits, f.exponent_bits, f.mantissa_bits, f.bias, f.max, f.has_inf,
+         f.has_nan)
+  assert got == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_value_table_is_exact_and_sorted(name):
+  f = formats.get(name)
+  v = f.values
+  assert np.all(np.diff(v) > 0)
+  assert v[-1] == f.max
+  assert v[v > 0][0] == f.min_subnormal
+  assert v[v >= f.min_normal][0] == f.min_normal
+  np.testing.assert_array_equal(
+      f.codes.astype(np.uint8).view(f.dtype).astype(np.float64), v)
+  # Value from the layout formula, in float64.
+  if f.name != "float8_e8m0fnu":
+    mag = f.codes.astype(np.int64) & ((1 << (f.bits - 1)) - 1)
+    e, m = mag >> f.mantissa_bits, mag & ((1 << f.mantissa_bits) - 1)
+    formula = np.where(e == 0, m * 2.0**(1 - f.bias - f.mantissa_bits),
+                       (1 + m / 2**f.mantissa_bits) * 2.0**(e - f.bias))
+    np.testing.assert_array_equal(np.abs(v), formula)
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_lookup_by_every_spelling(name):
+  f = formats.get(name)
+  for spelling in (name, name.upper(), *f.aliases, f.dtype, f.dtype.type,
+                   getattr(jnp, name), f):
+    assert formats.get(spelling) is f
+
+
+def test_aliases_are_unique():
+  seen = formats.all_names()
+  assert len(seen) == len(set(seen))
+  assert formats.get("e4m3").name == "float8_e4m3fn"
+  assert formats.get("e4m3ieee").name == "float8_e4m3"
+
+
+def test_native_probe():
+  assert formats.get("e4m3").native
+  assert not formats.get("e2m3").native  # XLA has no float6 type
+  assert formats.get("e2m3").storage_dtype == np.uint8
+
+
+def test_wide_formats():
+  assert formats.get("bf16").dtype == jnp.bfloat16
+  assert not formats.get("float32").narrow
+  assert formats.is_narrow("e2m1") and not formats.is_narrow("float32")
+  assert not formats.is_narrow("nonsense")
+
+
+def test_unknown_name_lists_nearest():
+  with pytest.raises(ValueError, match=r"'float8_e4m3f'.*did you mean "
+                     r"'float8_e4m3fn'"):
+    formats.get("float8_e4m3f")
+
+
+def test_integer_dtype_is_type_error():
+  with pytest.raises(TypeError, match="floating format.*int8"):
+    formats.get(jnp.int8)
+  with pytest.raises(TypeError, match="floating format.*int32"):
+    formats.get("int32")
+
+
+def test_non_format_is_type_error():
+  with pytest.raises(TypeError, match="got list"):
+    formats.get([1, 2])
+
+
+def test_get_narrow_rejects_wide():
+  with pytest.raises(TypeError, match="narrow format.*float32"):
+    formats.get_narrow("float32")
