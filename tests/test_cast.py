@@ -78,6 +78,19 @@ def test_hypothesis_inputs_match_reference(values, fmt, rounding, saturate):
   assert_same(got, round_reference(x, fmt, rounding, saturate))
 
 
+@pytest.mark.parametrize("rounding", ROUNDINGS_DET)
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+def test_wide_16_bit_formats_round_exactly(fmt, rounding):
+  f = formats.get(fmt)
+  rng = np.random.default_rng(0)
+  x = np.concatenate([rng.standard_normal(2000) * 10.0**rng.integers(-8, 8, 2000),
+                      [f.max, f.max * 1.001, 1e38, np.inf, np.nan, 0.0]])
+  x = np.concatenate([x, -x]).astype(np.float32)
+  got = jaxfp8.cast(jnp.asarray(x), fmt, rounding=rounding)
+  assert got.dtype == f.dtype
+  assert_same(got, round_reference(x, fmt, rounding, True))
+
+
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "e2m3", "e8m0"])
 def test_jit_and_vmap_equal_eager(fmt):
   x = jnp.asarray(corner_inputs(fmt))

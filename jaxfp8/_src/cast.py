@@ -229,7 +229,8 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
       :class:`jaxfp8.CodeArray` are decoded first (exactly). float64 input is
       first rounded to float32.
     fmt: the target format: name, alias, dtype or Format (``"e4m3"``,
-      ``jnp.float8_e5m2``...).
+      ``jnp.float8_e5m2``...); bfloat16 and float16 take every rounding mode
+      too (stochastic rounding of bf16 parameters, say).
     rounding: ``"nearest"`` (to nearest, ties to even), ``"stochastic"``
       (up with probability equal to the fraction of the gap, so the result is
       unbiased; needs ``key``), ``"down"`` (toward -inf), ``"up"`` (toward
@@ -260,12 +261,11 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
   Array([nan], dtype=float8_e4m3fn)
   """
   x32, fmt, rand = _prepare(x, fmt, rounding, key, "cast")
-  if not fmt.narrow:
+  if fmt.bits == 32:
     if rounding != "nearest":
-      raise NotImplementedError(
-          f"`cast` to the wide format {fmt.name} supports rounding='nearest' "
-          f"only, got {rounding!r}")
-    return x32.astype(fmt.dtype)
+      raise ValueError(f"`cast` to float32 rounds nothing: rounding must be "
+                       f"'nearest', got {rounding!r}")
+    return x32
   out = _ste(x32, rand, fmt.name, rounding, bool(saturate), False)
   return out if fmt.native else CodeArray(out, fmt)
 

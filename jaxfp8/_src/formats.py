@@ -121,8 +121,13 @@ class Format:
   # -- special values -----------------------------------------------------------
   @functools.cached_property
   def _all_codes_f64(self) -> np.ndarray:
-    codes = np.arange(2**self.bits, dtype=np.uint8)
-    return codes.view(self.dtype).astype(np.float64)
+    """The value of every code; float32 stands in by its IEEE specials."""
+    if self.bits > 16:
+      return np.array([0.0, -0.0, np.inf, -np.inf, np.nan])
+    codes = np.arange(2**self.bits, dtype=np.uint32)
+    codes = codes.astype(np.uint16 if self.bits > 8 else np.uint8)
+    with np.errstate(invalid="ignore"):
+      return codes.view(self.dtype).astype(np.float64)
 
   def _code_of(self, x: float) -> int:
     return int(np.array([x], np.float32).astype(self.dtype).view(np.uint8)[0])
@@ -159,8 +164,7 @@ class Format:
     if self.bits > 16:
       raise ValueError(f"{self.name} has too many values to enumerate")
     codes = np.arange(2**self.bits, dtype=np.uint32)
-    vals = codes.astype(np.uint16 if self.bits > 8 else np.uint8)
-    vals = vals.view(self.dtype).astype(np.float64)
+    vals = self._all_codes_f64
     keep = np.isfinite(vals) & ~((vals == 0) & np.signbit(vals))
     order = np.argsort(vals[keep], kind="stable")
     values, codes = vals[keep][order], codes[keep][order]
