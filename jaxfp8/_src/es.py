@@ -1,0 +1,387 @@
+"""Evolution strategies whose populations live in narrow formats.
+
+An evolution strategy draws a whole population of Gaussian perturbations every
+generation. Stored in fp8 they take a quarter of float32's memory, and drawn
+with :func:`jaxfp8.random.normal` each entry follows the exact rounded N(0, 1)
+law of the chosen method, at a fraction of the cost of float32-then-cast.
+
+Keys: member ``i`` (of the first half, with antithetic sampling) draws its row
+from ``jax.random.fold_in(key, i)``. A row therefore depends only on the key
+and its index -- not on the population size, nor on how the population is laid
+out over devices -- so under ``jax.jit`` with a population-axis sharding each
+device draws only its own rows and the values equal a single device's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import validate
+from jaxfp8._src.cast import ROUNDINGS
+from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src.codes import CodeArray
+from jaxfp8._src.codes import decode
+
+Population = Any  # jax.Array (float or native narrow) or jaxfp8.CodeArray
+
+
+def _check_single_key(key: Any, fn: str) -> jax.Array:
+  key = validate.check_key(key, fn)
+  typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+  if key.ndim != (0 if typed else 1):
+    raise ValueError(f"`key` argument to `{fn}` must be a single PRNG key, got "
+                     f"a batch of keys of shape {key.shape}")
+  return key
+
+
+def _check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
+  if isinstance(popsize, (bool, np.bool_)) or not isinstance(
+      popsize, (int, np.integer)):
+    raise TypeError(f"`popsize` argument to `{fn}` must be an int, got "
+                    f"{type(popsize).__name__}")
+  popsize = int(popsize)
+  if popsize < 1:
+    raise ValueError(f"`popsize` argument to `{fn}` must be positive, got "
+                     f"{popsize}")
+  if antithetic and popsize % 2:
+    raise ValueError(f"`popsize` argument to `{fn}` must be even with "
+                     f"antithetic=True (pairs +eps, -eps), got {popsize}")
+  return popsize
+
+
+def _population_format(dtype: Any, fn: str) -> formats.Format:
+  """The format of a population: a signed narrow format or a wide float."""
+  fmt = formats.get(dtype, arg="dtype", fn=fn)
+  if not fmt.signed:
+    raise ValueError(f"`dtype` argument to `{fn}` must be a signed format "
+                     f"(perturbations are symmetric about 0), got {fmt.name}")
+  return fmt
+
+
+def _check_method(method: str | None, fmt: formats.Format, fn: str):
+  """Checks ``method``; returns the jit cache key of the method to be used.
+
+  ``None`` is passed on to :func:`jaxfp8.random.normal` (which picks the
+  default, or a fallback where the default can't serve the format); the
+  default in force is part of the key, so changing it re-traces.
+  """
+  if not fmt.narrow:
+    if method is not None:
+      raise ValueError(f"`method` argument to `{fn}` applies to narrow formats "
+                       f"only; dtype {fmt.name} is sampled by jax.random, got "
+                       f"method={method!r}")
+    return (None, None)
+  from jaxfp8._src.random import config  # pylint: disable=g-import-not-at-top
+  if method is not None:
+    validate.check_choice(method, config.METHODS, "method", fn)
+  return (method, config.get_default_method())
+
+
+def _to_float32(x: Any) -> jax.Array:
+  if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
+    return decode(x, jnp.float32)
+  return jnp.asarray(x).astype(jnp.float32)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+  try:
+    return jnp.broadcast_shapes(shape, target) == tuple(target)
+  except ValueError:
+    return False
+
+
+def _member_keys(key: jax.Array, n: int) -> jax.Array:
+  return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
+
+
+def _negate(x: Population, fmt: formats.Format) -> Population:
+  """Exact negation: flip the sign bit (fnuz zero stays zero, as in -x)."""
+  if isinstance(x, CodeArray):
+    flipped = x.codes ^ np.uint8(1 << (fmt.bits - 1))
+    if not fmt.has_negative_zero:
+      flipped = jnp.where(x.codes == 0, x.codes, flipped)
+    return CodeArray(flipped, fmt)
+  return -x
+
+
+def _concatenate(a: Population, b: Population) -> Population:
+  if isinstance(a, CodeArray):
+    return CodeArray(jnp.concatenate([a.codes, b.codes]), a.format)
+  return jnp.concatenate([a, b])
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
+                       fmt_name: str, antithetic: bool, method_key: tuple):
+  from jaxfp8 import random as jfrandom  # pylint: disable=g-import-not-at-top
+  fmt = formats.get(fmt_name)
+  draw = lambda k: jfrandom.normal(k, shape, fmt.dtype, method=method_key[0])
+  n = popsize // 2 if antithetic else popsize
+  eps = jax.vmap(draw)(_member_keys(key, n))
+  if antithetic:
+    eps = _concatenate(eps, _negate(eps, fmt))
+  return eps
+
+
+def perturbations(key: jax.Array, popsize: int, shape: Any,
+                  dtype: Any = jnp.float8_e4m3fn, *, antithetic: bool = True,
+                  method: str | None = None) -> Population:
+  """Draws a population of standard normal perturbations in a narrow format.
+
+  Row ``i`` is drawn from ``jax.random.fold_in(key, i)``, so it does not depend
+  on ``popsize`` and each device of a population-sharded ``jit`` draws only
+  its own rows.
+
+  Args:
+    key: a PRNG key.
+    popsize: the number of rows (population members); even if antithetic.
+    shape: the shape of one member (an int or a sequence of ints).
+    dtype: a signed narrow format (``"e4m3"``, ``jnp.float8_e5m2``,
+      ``"float6_e2m3fn"``...) or a wide float dtype (drawn by
+      ``jax.random.normal``).
+    antithetic: if True (default), rows ``popsize // 2 + i`` are exactly the
+      negation of rows ``i``: mirrored sampling, which halves the draws and
+      cancels the even terms of the gradient estimate.
+    method: the :func:`jaxfp8.random.normal` method for narrow formats
+      (``"exact"``, ``"table"``, ``"cast"``; None for its default).
+
+  Returns:
+    An array of shape ``(popsize, *shape)`` in ``dtype`` (a
+    :class:`jaxfp8.CodeArray` for formats XLA can't hold, such as float6).
+
+  Raises:
+    TypeError: for a bad key, popsize or shape.
+    ValueError: for an odd popsize with antithetic=True, an unsigned format
+      (E8M0), an unknown format or method, or a method with a wide dtype.
+
+  >>> import jax, jaxfp8
+  >>> eps = jaxfp8.es.perturbations(jax.random.key(0), 4, (3,), "e4m3")
+  >>> eps.shape, eps.dtype
+  ((4, 3), dtype(float8_e4m3fn))
+  >>> bool((eps[2:] == -eps[:2]).all())
+  True
+  """
+  fn = "perturbations"
+  key = _check_single_key(key, fn)
+  popsize = _check_popsize(popsize, antithetic, fn)
+  shape = validate.check_shape(shape, fn)
+  fmt = _population_format(dtype, fn)
+  return _perturbations_jit(key, popsize, shape, fmt.name, bool(antithetic),
+                            _check_method(method, fmt, fn))
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7))
+def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
+                           antithetic: bool, rounding: str, method_key: tuple):
+  fmt = formats.get(fmt_name)
+  key_eps, key_round = jax.random.split(key)
+  eps = _perturbations_jit(key_eps, popsize, mean.shape, fmt_name, antithetic,
+                           method_key)
+  x = mean + sigma * _to_float32(eps)
+  if not fmt.narrow:
+    return x.astype(fmt.dtype)
+  rand = None
+  if rounding == "stochastic":
+    bits = lambda k: jax.random.bits(k, mean.shape, jnp.uint32)
+    rand = jax.vmap(bits)(_member_keys(key_round, popsize))
+  out = _cast_jit(x, rand, fmt.name, rounding, True, False)
+  return out if fmt.native else CodeArray(out, fmt)
+
+
+def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
+                      dtype: Any = jnp.float8_e4m3fn, *,
+                      antithetic: bool = True,
+                      rounding: str = "nearest") -> Population:
+  """Samples candidates ``mean + sigma * eps`` stored in a narrow format.
+
+  With ``key_eps, key_round = jax.random.split(key)``, ``eps`` is
+  ``perturbations(key_eps, popsize, mean.shape, dtype, antithetic=...)`` and
+  the float32 sum is rounded once into ``dtype`` (saturating), like
+  :func:`jaxfp8.cast`; stochastic rounding draws row ``i``'s bits from
+  ``fold_in(key_round, i)``.
+
+  Args:
+    key: a PRNG key.
+    mean: the centre of the population (any shape; float or narrow).
+    sigma: the standard deviation: a scalar or an array broadcastable to
+      ``mean.shape``.
+    popsize: the number of candidates; even if antithetic.
+    dtype: the storage format, as in :func:`perturbations`.
+    antithetic: mirror the perturbations (see :func:`perturbations`).
+    rounding: ``"nearest"`` (default) or ``"stochastic"`` (unbiased: the
+      expected candidate is ``mean + sigma * eps``), or ``"down"``, ``"up"``,
+      ``"toward_zero"``. Wide dtypes take ``"nearest"`` only.
+
+  Returns:
+    An array of shape ``(popsize, *mean.shape)`` in ``dtype`` (a
+    :class:`jaxfp8.CodeArray` for float6).
+
+  Raises:
+    TypeError: for a bad key, popsize, mean or sigma.
+    ValueError: as :func:`perturbations`, for an unknown rounding, or a sigma
+      that does not broadcast to ``mean.shape``.
+
+  >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> pop = jaxfp8.es.sample_population(jax.random.key(0), jnp.ones(5), 0.1, 8,
+  ...                                   "e4m3", rounding="stochastic")
+  >>> pop.shape, pop.dtype
+  ((8, 5), dtype(float8_e4m3fn))
+  """
+  fn = "sample_population"
+  key = _check_single_key(key, fn)
+  popsize = _check_popsize(popsize, antithetic, fn)
+  fmt = _population_format(dtype, fn)
+  validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
+  if not fmt.narrow and rounding != "nearest":
+    raise ValueError(f"`rounding` argument to `{fn}` must be 'nearest' for the "
+                     f"wide dtype {fmt.name}, got {rounding!r}")
+  validate.check_array(mean, "mean", fn)
+  validate.check_array(sigma, "sigma", fn)
+  mean, sigma = _to_float32(mean), _to_float32(sigma)
+  if not _broadcasts_to(sigma.shape, mean.shape):
+    raise ValueError(f"`sigma` argument to `{fn}` must broadcast to the mean's "
+                     f"shape {mean.shape}, got shape {sigma.shape}")
+  return _sample_population_jit(key, mean, sigma, popsize, fmt.name,
+                                bool(antithetic), rounding,
+                                _check_method(None, fmt, fn))
+
+
+def centered_rank(fitness: Any) -> jax.Array:
+  """Fitness shaping: ranks mapped linearly onto [-0.5, 0.5].
+
+  The lowest fitness gets -0.5 and the highest 0.5 (ties are ranked in index
+  order), so the update ignores the scale and outliers of the fitness.
+
+  >>> centered_rank(jnp.array([3.0, -1.0, 10.0]))
+  Array([ 0. , -0.5,  0.5], dtype=float32)
+  """
+  x = jnp.asarray(fitness)
+  n = x.shape[0]
+  if n < 2:
+    return jnp.zeros(x.shape, jnp.float32)
+  ranks = jnp.argsort(jnp.argsort(x, stable=True), stable=True)
+  return ranks.astype(jnp.float32) / (n - 1) - 0.5
+
+
+class ESState(NamedTuple):
+  """The state of :class:`OpenAIES`: a pytree, updated by ``tell``.
+
+  Attributes:
+    mean: the search distribution's centre, float32.
+    sigma: its standard deviation, a float32 scalar.
+    opt_state: the optimizer's state for ``mean``.
+    generation: the number of ``tell`` calls so far.
+  """
+  mean: jax.Array
+  sigma: jax.Array
+  opt_state: Any
+  generation: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenAIES:
+  """OpenAI-ES (Salimans et al. 2017) with the population in any float format.
+
+  ``ask`` returns the population's perturbations ``eps`` (in ``dtype``: fp8
+  takes a quarter of float32's memory); candidate ``i`` is
+  ``mean + sigma * eps[i]``, see :meth:`candidates`. ``tell`` ranks the
+  fitness (centered ranks), estimates the search gradient
+  ``sum_i w_i eps_i / (popsize * sigma)`` and hands it to an optax optimizer
+  for the mean.
+
+  Attributes:
+    popsize: the population size (even with antithetic sampling).
+    optimizer: an ``optax.GradientTransformation`` for the mean, e.g.
+      ``optax.adam(0.03)``.
+    sigma: the initial standard deviation of the perturbations.
+    dtype: the population's format: a signed narrow format or float32.
+    antithetic: mirrored sampling (see :func:`perturbations`).
+    method: the :func:`jaxfp8.random.normal` method (narrow formats).
+    sigma_decay: sigma is multiplied by this after every ``tell`` ...
+    sigma_min: ... but not below this.
+    maximize: if False (default), ``fitness`` is a loss to minimize.
+
+  >>> import jax, jax.numpy as jnp, optax, jaxfp8
+  >>> es = jaxfp8.es.OpenAIES(popsize=64, optimizer=optax.adam(0.1),
+  ...                         sigma=0.1, dtype="e4m3")
+  >>> state = es.init(jnp.full(8, 3.0))
+  >>> @jax.jit
+  ... def step(state, key):
+  ...   eps = es.ask(key, state)
+  ...   loss = jnp.sum(es.candidates(state, eps) ** 2, axis=1)
+  ...   return es.tell(state, eps, loss), None
+  >>> state, _ = jax.lax.scan(step, state, jax.random.split(jax.random.key(0), 100))
+  >>> bool(jnp.sum(state.mean ** 2) < 0.1 * jnp.sum(jnp.full(8, 3.0) ** 2))
+  True
+  """
+  popsize: int
+  optimizer: Any
+  sigma: float = 0.1
+  dtype: Any = jnp.float32
+  antithetic: bool = True
+  method: str | None = None
+  sigma_decay: float = 1.0
+  sigma_min: float = 0.0
+  maximize: bool = False
+
+  def __post_init__(self):
+    fn = "OpenAIES"
+    _check_popsize(self.popsize, self.antithetic, fn)
+    if self.popsize < 2:
+      raise ValueError(f"`popsize` argument to `{fn}` must be at least 2, got "
+                       f"{self.popsize}")
+    fmt = _population_format(self.dtype, fn)
+    _check_method(self.method, fmt, fn)
+    if not (hasattr(self.optimizer, "init") and hasattr(self.optimizer,
+                                                        "update")):
+      raise TypeError(f"`optimizer` argument to `{fn}` must be an optax "
+                      f"GradientTransformation, got "
+                      f"{type(self.optimizer).__name__}")
+    if not self.sigma > 0:
+      raise ValueError(f"`sigma` argument to `{fn}` must be positive, got "
+                       f"{self.sigma}")
+
+  def init(self, mean: Any) -> ESState:
+    """The initial state, centred on ``mean`` (any shape, kept in float32)."""
+    mean = jnp.asarray(mean, jnp.float32)
+    return ESState(mean, jnp.float32(self.sigma), self.optimizer.init(mean),
+                   jnp.int32(0))
+
+  def ask(self, key: jax.Array, state: ESState) -> Population:
+    """The perturbations of a new population: ``(popsize, *mean.shape)``."""
+    return perturbations(key, self.popsize, state.mean.shape, self.dtype,
+                         antithetic=self.antithetic, method=self.method)
+
+  def candidates(self, state: ESState, population: Population) -> jax.Array:
+    """The candidates ``mean + sigma * eps`` in float32 (rows, or one row)."""
+    return state.mean + state.sigma * _to_float32(population)
+
+  def tell(self, state: ESState, population: Population,
+           fitness: Any) -> ESState:
+    """Moves the mean along the estimated search gradient; decays sigma."""
+    fitness = jnp.asarray(fitness, jnp.float32)
+    if fitness.shape != (self.popsize,):
+      raise ValueError(f"`fitness` argument to `OpenAIES.tell` must have shape "
+                       f"({self.popsize},), got {fitness.shape}")
+    w = centered_rank(fitness if self.maximize else -fitness)
+    eps = population
+    if self.antithetic:  # eps[h + i] == -eps[i] exactly
+      h = self.popsize // 2
+      w, eps = w[:h] - w[h:], population[:h]
+    x = _to_float32(eps)
+    # A broadcast product and a sum fuse into one loop: no float32 copy of
+    # the population is materialized.
+    ascent = jnp.sum(w.reshape((-1,) + (1,) * (x.ndim - 1)) * x, axis=0)
+    grad = -ascent / (self.popsize * state.sigma)
+    updates, opt_state = self.optimizer.update(grad, state.opt_state,
+                                               state.mean)
+    sigma = jnp.maximum(state.sigma * self.sigma_decay,
+                        jnp.float32(self.sigma_min))
+    return ESState(state.mean + updates, sigma, opt_state,
+                   state.generation + 1)
