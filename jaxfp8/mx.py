@@ -1,0 +1,19 @@
+"""MX (OCP Microscaling) block formats and NVFP4: quantize, dequantize, matmul.
+
+>>> import jax.numpy as jnp, jaxfp8
+>>> a = jaxfp8.mx.quantize(jnp.arange(32.0), "mxfp4_e2m1")
+>>> a.nbytes
+17
+"""
+from jaxfp8._src.mx import dequantize as dequantize
+from jaxfp8._src.mx import get_format as get_format
+from jaxfp8._src.mx import MX_FORMATS as MX_FORMATS
+from jaxfp8._src.mx import MXArray as MXArray
+from jaxfp8._src.mx import MXFormat as MXFormat
+from jaxfp8._src.mx import quantize as quantize
+from jaxfp8._src.mx import SCALE_MODES as SCALE_MODES
+
+__all__ = [
+    "MXArray", "MXFormat", "MX_FORMATS", "SCALE_MODES", "dequantize",
+    "get_format", "quantize",
+]
