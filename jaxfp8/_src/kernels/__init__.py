@@ -1,0 +1,1 @@
+"""Pallas kernels: one module per op (kernel, jitted wrapper, jnp reference)."""
