@@ -1,0 +1,282 @@
+"""jaxfp8.es: perturbation law, antithetic exactness, keys, candidates, ES."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+import jaxfp8
+from jaxfp8 import es
+from jaxfp8._src import formats
+
+# Signed narrow formats: native fp8, float4 (native), float6 (CodeArray).
+FORMATS = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+           "float6_e2m3fn", "float4_e2m1fn"]
+POP_DTYPES = ["float32"] + FORMATS
+
+
+def _values(x) -> np.ndarray:
+  """float64 values of a population (native narrow, CodeArray or wide)."""
+  return np.asarray(jaxfp8.decode(x, jnp.float32), np.float64)
+
+
+def _codes(x) -> np.ndarray:
+  """Bit patterns of a population, as unsigned integers."""
+  if isinstance(x, jaxfp8.CodeArray):
+    return np.asarray(x.codes)
+  a = np.asarray(x)
+  if a.dtype == np.float32:
+    return a.view(np.uint32)
+  if formats.get(a.dtype).bits == 4:
+    return np.asarray(jaxfp8.encode(jnp.asarray(a), a.dtype).codes)
+  return a.view(np.uint8)
+
+
+def rounded_normal_law(fmt_name: str) -> tuple[np.ndarray, np.ndarray]:
+  """The exact law of round-to-nearest(N(0, 1)) saturated to +-max, float64.
+
+  Rounding boundaries are the midpoints of neighbouring finite values (ties
+  have probability zero); the outer mass goes to +-max.
+  """
+  v = formats.get(fmt_name).values
+  mid = np.concatenate([[-np.inf], (v[1:] + v[:-1]) / 2, [np.inf]])
+  lo, hi = mid[:-1], mid[1:]
+  # Lower tail CDF on the left, upper tail survival on the right: both are
+  # accurate far into the tails (math.erfc, not 1 - erf).
+  cdf = lambda x: 0.5 * math.erfc(-x / math.sqrt(2))
+  sf = lambda x: 0.5 * math.erfc(x / math.sqrt(2))
+  p = np.array([cdf(b) - cdf(a) if b <= 0 else sf(a) - sf(b)
+                for a, b in zip(lo, hi)])
+  return v, p
+
+
+def _chi2_tv(samples: np.ndarray, values: np.ndarray, probs: np.ndarray):
+  idx = np.searchsorted(values, samples)
+  assert np.all(values[np.minimum(idx, len(values) - 1)] == samples), (
+      "a sample is not a finite value of the format")
+  counts = np.bincount(idx, minlength=len(values)).astype(np.float64)
+  n = counts.sum()
+  expected = probs * n
+  tv = 0.5 * np.abs(counts / n - probs).sum()
+  big = expected >= 5  # pool the rare values (tails) into one bucket
+  obs = np.append(counts[big], counts[~big].sum())
+  exp = np.append(expected[big], expected[~big].sum())
+  if exp[-1] == 0:
+    assert obs[-1] == 0
+    obs, exp = obs[:-1], exp[:-1]
+  return stats.chisquare(obs, exp).pvalue, tv
+
+
+@pytest.mark.parametrize("method", [None, "exact"], ids=["default", "exact"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_perturbation_law(fmt, method):
+  # 2^20 samples from 64 members; the first half of an antithetic population
+  # are independent draws, so test that half for each layout.
+  try:
+    eps = es.perturbations(jax.random.key(7), 64, (1 << 14,), fmt,
+                           antithetic=False, method=method)
+    mirrored = es.perturbations(jax.random.key(8), 128, (1 << 14,), fmt,
+                                method=method)
+  except NotImplementedError as e:
+    pytest.skip(f"jaxfp8.random.normal: {e}")
+  values, probs = rounded_normal_law(fmt)
+  for x in (eps, mirrored[:64]):
+    p, tv = _chi2_tv(_values(x).ravel(), values, probs)
+    assert p > 1e-4, (fmt, p, tv)
+    assert tv < 0.01, (fmt, p, tv)
+
+
+@pytest.mark.parametrize("fmt", POP_DTYPES)
+def test_antithetic_exact_negation(fmt):
+  eps = es.perturbations(jax.random.key(1), 16, (5, 300), fmt)
+  assert eps.shape == (16, 5, 300)
+  first, second = eps[:8], eps[8:]
+  np.testing.assert_array_equal(_values(second), -_values(first))
+  # Bit-exact: the sign bit flips, except zero where there is no -0 (fnuz,
+  # whose -0 code is NaN): no NaN may appear.
+  f = formats.get(fmt)
+  if f.narrow:
+    sign = 1 << (f.bits - 1)
+    c1, c2 = _codes(first), _codes(second)
+    zero = c1 == 0 if not f.has_negative_zero else np.zeros(c1.shape, bool)
+    np.testing.assert_array_equal(c2, np.where(zero, c1, c1 ^ sign))
+  assert not np.isnan(_values(eps)).any()
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e2m3fn"])
+def test_rows_depend_only_on_key_and_index(fmt):
+  key = jax.random.key(3)
+  small = es.perturbations(key, 8, 40, fmt)
+  large = es.perturbations(key, 16, 40, fmt)
+  np.testing.assert_array_equal(_codes(small[:4]), _codes(large[:4]))
+  plain = es.perturbations(key, 5, 40, fmt, antithetic=False)
+  for i in range(5):
+    row = jaxfp8.random.normal(jax.random.fold_in(key, i), (40,), fmt)
+    np.testing.assert_array_equal(_codes(plain[i]), _codes(row))
+  np.testing.assert_array_equal(_codes(plain[:4]), _codes(small[:4]))
+
+
+@pytest.mark.parametrize("fmt", POP_DTYPES)
+def test_jit_equals_eager(fmt):
+  key = jax.random.key(5)
+  eager = es.perturbations(key, 6, (7,), fmt)
+  jitted = jax.jit(lambda k: es.perturbations(k, 6, (7,), fmt))(key)
+  np.testing.assert_array_equal(_codes(eager), _codes(jitted))
+  raw = es.perturbations(jax.random.PRNGKey(5), 6, (7,), fmt)
+  assert raw.shape == (6, 7)
+
+
+def test_perturbation_errors():
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match="`popsize`.*even.*got 7"):
+    es.perturbations(key, 7, 3, "e4m3")
+  assert es.perturbations(key, 7, 3, "e4m3", antithetic=False).shape == (7, 3)
+  with pytest.raises(ValueError, match="`popsize`.*positive"):
+    es.perturbations(key, 0, 3, "e4m3")
+  with pytest.raises(TypeError, match="`popsize`.*int"):
+    es.perturbations(key, 4.0, 3, "e4m3")
+  with pytest.raises(ValueError, match="signed.*float8_e8m0fnu"):
+    es.perturbations(key, 4, 3, "e8m0")
+  with pytest.raises(TypeError, match="dtype"):
+    es.perturbations(key, 4, 3, jnp.int8)
+  with pytest.raises(ValueError, match="single PRNG key"):
+    es.perturbations(jax.random.split(key, 3), 4, 3, "e4m3")
+  with pytest.raises(TypeError, match="`key`"):
+    es.perturbations(0, 4, 3, "e4m3")
+  with pytest.raises(ValueError, match="`method`.*narrow formats only"):
+    es.perturbations(key, 4, 3, jnp.float32, method="exact")
+  with pytest.raises(ValueError, match="`method`"):
+    es.perturbations(key, 4, 3, "e4m3", method="fast")
+  with pytest.raises(ValueError, match="`shape`"):
+    es.perturbations(key, 4, (3, -1), "e4m3")
+
+
+@pytest.mark.parametrize("fmt", POP_DTYPES)
+def test_sample_population_nearest_is_cast_of_mean_plus_sigma_eps(fmt):
+  key = jax.random.key(11)
+  mean = jnp.linspace(-3.0, 3.0, 50)
+  # Powers of two: sigma * eps is exact, so a fused multiply-add under jit
+  # and the separate product here round the same sum once.
+  sigma = 2.0 ** jnp.arange(-7, 3, dtype=jnp.float32).repeat(5)
+  pop = es.sample_population(key, mean, sigma, 12, fmt)
+  eps = es.perturbations(jax.random.split(key)[0], 12, (50,), fmt)
+  want = jaxfp8.cast(mean + sigma * _values(eps).astype(np.float32), fmt)
+  assert pop.shape == (12, 50) and pop.dtype == want.dtype
+  np.testing.assert_array_equal(_codes(pop), _codes(want))
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e3m2fn"])
+def test_sample_population_stochastic_is_unbiased(fmt):
+  # sigma = 0: every candidate rounds 0.3; P(up) = its fraction of the gap.
+  f = formats.get(fmt)
+  lo, hi = f.values[f.values <= 0.3][-1], f.values[f.values > 0.3][0]
+  pop = es.sample_population(jax.random.key(2), jnp.full((1 << 14,), 0.3),
+                             0.0, 64, fmt, rounding="stochastic")
+  v = _values(pop)
+  assert set(np.unique(v)) == {lo, hi}
+  n, up = v.size, np.count_nonzero(v == hi)
+  p = (np.float64(np.float32(0.3)) - lo) / (hi - lo)
+  z = (up - n * p) / math.sqrt(n * p * (1 - p))
+  assert abs(z) < 5, (up / n, p, z)
+  # With sigma > 0 every candidate is a neighbour of its float32 target.
+  key = jax.random.key(4)
+  mean = jnp.linspace(-1.0, 1.0, 300)
+  pop = es.sample_population(key, mean, 0.2, 8, fmt, rounding="stochastic")
+  eps = es.perturbations(jax.random.split(key)[0], 8, (300,), fmt)
+  x = mean + 0.2 * _values(eps).astype(np.float32)
+  down = _values(jaxfp8.cast(x, fmt, rounding="down"))
+  upv = _values(jaxfp8.cast(x, fmt, rounding="up"))
+  v = _values(pop)
+  assert np.all((v == down) | (v == upv))
+  assert np.any(v != _values(jaxfp8.cast(x, fmt)))  # not nearest in disguise
+
+
+def test_sample_population_errors():
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match="`sigma`.*broadcast"):
+    es.sample_population(key, jnp.zeros(5), jnp.ones(4), 4, "e4m3")
+  with pytest.raises(ValueError, match="`rounding`.*'nearest'"):
+    es.sample_population(key, jnp.zeros(5), 1.0, 4, jnp.float32,
+                         rounding="stochastic")
+  with pytest.raises(ValueError, match="`rounding`"):
+    es.sample_population(key, jnp.zeros(5), 1.0, 4, "e4m3", rounding="odd")
+  with pytest.raises(TypeError, match="`mean`"):
+    es.sample_population(key, "zeros", 1.0, 4, "e4m3")
+  with pytest.raises(ValueError, match="even"):
+    es.sample_population(key, jnp.zeros(5), 1.0, 5, "e4m3")
+
+
+def test_centered_rank():
+  x = np.array([0.5, -2.0, 7.0, 3.0, 3.0, -9.0])
+  want = (stats.rankdata(x, method="ordinal") - 1) / 5 - 0.5
+  np.testing.assert_allclose(np.asarray(es.centered_rank(jnp.asarray(x))),
+                             want, rtol=0, atol=1e-7)
+  np.testing.assert_array_equal(es.centered_rank(jnp.ones(1)), [0.0])
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+@pytest.mark.parametrize("fmt", ["float32", "float8_e4m3fn", "float6_e2m3fn"])
+def test_tell_is_the_openai_es_gradient(fmt, antithetic):
+  # sgd(1): the mean moves by exactly sum_i w_i eps_i / (n sigma), computed
+  # here in float64 over the whole population (no antithetic shortcut).
+  n, sigma = 16, 0.25
+  opt = es.OpenAIES(n, optax.sgd(1.0), sigma=sigma, dtype=fmt,
+                    antithetic=antithetic)
+  state = opt.init(jnp.arange(30.0) / 10)
+  eps = opt.ask(jax.random.key(9), state)
+  fitness = np.sin(np.arange(n) * 1.7)  # a loss: lower is better
+  new = opt.tell(state, eps, jnp.asarray(fitness, jnp.float32))
+  w = (stats.rankdata(-fitness, method="ordinal") - 1) / (n - 1) - 0.5
+  step = w @ _values(eps) / (n * sigma)
+  np.testing.assert_allclose(np.asarray(new.mean) - np.asarray(state.mean),
+                             step, rtol=1e-5, atol=1e-6)
+  assert int(new.generation) == 1
+  up = es.OpenAIES(n, optax.sgd(1.0), sigma=sigma, dtype=fmt,
+                   antithetic=antithetic, maximize=True)
+  np.testing.assert_array_equal(
+      up.tell(state, eps, -jnp.asarray(fitness, jnp.float32)).mean, new.mean)
+
+
+@pytest.mark.parametrize("fmt", ["float32", "float8_e4m3fn", "float8_e5m2",
+                                 "float6_e2m3fn"])
+def test_openai_es_minimizes_a_shifted_sphere(fmt):
+  target = jnp.linspace(-2.0, 2.0, 20)
+  opt = es.OpenAIES(64, optax.adam(0.05), sigma=0.1, dtype=fmt,
+                    sigma_decay=0.995, sigma_min=0.02)
+
+  def loss(x):
+    return jnp.sum((x - target) ** 2, axis=-1)
+
+  @jax.jit
+  def run(state, key):
+    def step(state, k):
+      eps = opt.ask(k, state)
+      return opt.tell(state, eps, loss(opt.candidates(state, eps))), None
+    return jax.lax.scan(step, state, jax.random.split(key, 300))[0]
+
+  state = run(opt.init(jnp.zeros(20)), jax.random.key(0))
+  assert float(loss(state.mean)) < 0.01 * float(loss(jnp.zeros(20)))
+  assert float(state.sigma) == pytest.approx(max(0.1 * 0.995**300, 0.02),
+                                             rel=1e-4)
+
+
+def test_openai_es_errors():
+  with pytest.raises(ValueError, match="even"):
+    es.OpenAIES(9, optax.adam(0.1))
+  with pytest.raises(ValueError, match="at least 2"):
+    es.OpenAIES(1, optax.adam(0.1), antithetic=False)
+  with pytest.raises(TypeError, match="`optimizer`.*GradientTransformation"):
+    es.OpenAIES(8, 0.1)
+  with pytest.raises(ValueError, match="signed"):
+    es.OpenAIES(8, optax.adam(0.1), dtype="e8m0")
+  with pytest.raises(ValueError, match="`sigma`"):
+    es.OpenAIES(8, optax.adam(0.1), sigma=0.0)
+  opt = es.OpenAIES(8, optax.adam(0.1))
+  state = opt.init(jnp.zeros(3))
+  with pytest.raises(ValueError, match=r"`fitness`.*\(8,\)"):
+    opt.tell(state, opt.ask(jax.random.key(0), state), jnp.zeros(7))
