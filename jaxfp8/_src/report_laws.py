@@ -1,0 +1,180 @@
+"""Exact rounded laws for the report, and the statistics that use them.
+
+The right answer for a sampler in a narrow format is the law of the
+real-valued draw rounded to nearest (ties to even, saturating): the
+probability of each representable value ``v`` is the real law's mass between
+the midpoints around ``v``; the mass beyond the outermost midpoints goes to
++-max. ``jaxfp8._src.laws.rounded_law`` is the source of truth for the
+distributions of ``jaxfp8.random``; this module asks it first and computes
+the remaining cases (scaled initializer laws, mixtures, multivariate
+marginals) from the CDF itself, with SciPy.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import report_worker
+
+Law = tuple[np.ndarray, np.ndarray, float]  # values, probabilities, P(NaN)
+
+
+def _laws_module():
+  try:
+    return importlib.import_module("jaxfp8._src.laws")
+  except ImportError:
+    return None
+
+
+def _cdf_sf(spec: dict[str, Any]) -> tuple[Callable, Callable, float] | None:
+  """(cdf, sf, median) of the real law, float64, or None without SciPy."""
+  try:
+    from scipy import stats  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  dist, args = spec["dist"], spec["args"]
+  if dist == "double_sided_maxwell":
+    m = stats.maxwell()
+    cdf = lambda x: np.where(x < 0, 0.5 * m.sf(-x), 0.5 + 0.5 * m.cdf(x))
+    sf = lambda x: np.where(x > 0, 0.5 * m.sf(x), 0.5 + 0.5 * m.cdf(-x))
+    return cdf, sf, 0.0
+  if dist == "ball3":  # one coordinate of the uniform 3-ball: 3/4 (1 - x^2)
+    def cdf(x):
+      x = np.clip(x, -1.0, 1.0)
+      return 0.5 + 0.75 * (x - x**3 / 3)
+    return cdf, lambda x: cdf(-np.asarray(x)), 0.0
+  if dist == "orthogonal_entry":  # (1 + x) / 2 ~ Beta((n-1)/2, (n-1)/2)
+    a = (args[0] - 1) / 2
+    frozen = stats.beta(a, a, loc=-1.0, scale=2.0)
+  else:
+    frozen = getattr(stats, dist)(*args)
+  return frozen.cdf, frozen.sf, float(frozen.median())
+
+
+def _discrete(points: list[float], weights: list[float], fmt: formats.Format
+              ) -> Law:
+  rounded = report_worker.reference_cast(np.array(points), fmt.name)
+  probs = np.zeros(len(fmt.values))
+  nan = 0.0
+  for r, w in zip(rounded, weights):
+    if np.isnan(r):
+      nan += w
+    else:
+      probs[np.searchsorted(fmt.values, r if r != 0 else 0.0)] += w
+  return fmt.values, probs, nan
+
+
+def _from_cdf(spec: dict[str, Any], fmt: formats.Format) -> Law | None:
+  funcs = _cdf_sf(spec)
+  if funcs is None:
+    return None
+  cdf, sf, median = funcs
+  loc, scale = spec["loc"], spec["scale"]
+  values = fmt.values
+  mids = (values[1:] + values[:-1]) / 2
+  lo = (np.concatenate([[-np.inf], mids]) - loc) / scale
+  hi = (np.concatenate([mids, [np.inf]]) - loc) / scale
+  nan = 0.0
+  with np.errstate(all="ignore"):
+    if not fmt.signed:  # E8M0: zero and negatives are NaN
+      nan = float(cdf(np.array(-loc / scale)))
+      lo[0] = -loc / scale
+    # Differences of the CDF left of the median, of the survival function
+    # right of it: each side keeps its tail probabilities accurate.
+    left = np.asarray(cdf(hi), np.float64) - np.asarray(cdf(lo), np.float64)
+    right = np.asarray(sf(lo), np.float64) - np.asarray(sf(hi), np.float64)
+  probs = np.where(hi <= median, left, right)
+  return values, np.clip(np.nan_to_num(probs), 0.0, 1.0), nan
+
+
+def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
+                op: report_worker.Op | None = None) -> tuple[Law | None, str]:
+  """The exact law of the rounded draw, and where it came from.
+
+  Returns ``(None, reason)`` where the report can't compute it.
+  """
+  if spec is None:
+    return None, "no closed-form law"
+  dist = spec["dist"]
+  if dist == "point":
+    return _discrete([spec["args"][0]], [1.0], fmt), "exact"
+  if dist == "rademacher":
+    return _discrete([-1.0, 1.0], [0.5, 0.5], fmt), "exact"
+  mod = _laws_module()
+  plain = spec["loc"] == 0 and spec["scale"] == 1 and not spec["atom0"]
+  if (mod is not None and op is not None and op.kind == "sample" and plain
+      and op.name == op.family):
+    try:
+      values, probs = mod.rounded_law(op.name, fmt, **dict(op.kwargs))
+      values = np.asarray(values, np.float64)
+      probs = np.asarray(probs, np.float64)
+      nan_mask = np.isnan(values)
+      return (values[~nan_mask], probs[~nan_mask],
+              float(probs[nan_mask].sum())), "jaxfp8._src.laws"
+    except Exception:  # pylint: disable=broad-except
+      pass  # a law laws.py doesn't cover: compute it below
+  law = _from_cdf(spec, fmt)
+  if law is None:
+    return None, "needs SciPy"
+  if spec["atom0"]:
+    w = spec["atom0"]
+    zero_values, zero_probs, zero_nan = _discrete([0.0], [1.0], fmt)
+    values, probs, nan = law
+    law = (values, (1 - w) * probs + w * zero_probs, (1 - w) * nan
+           + w * zero_nan)
+  return law, "scipy"
+
+
+# -- statistics ---------------------------------------------------------------------
+def empirical(counts: list[list[float]], n: int, nan: int
+              ) -> dict[float, float]:
+  freq = {float(v): c / n for v, c in counts}
+  if nan:
+    freq[math.nan] = nan / n  # keyed apart below
+  return freq
+
+
+def total_variation(law: Law, counts: list[list[float]], n: int, nan: int
+                    ) -> float:
+  """TV distance between the sample's frequencies and the exact law.
+
+  Values outside the format's finite values (Inf, or numbers a wrong dtype
+  produced) count fully against the sample.
+  """
+  values, probs, p_nan = law
+  index = {float(v): i for i, v in enumerate(values)}
+  freq = np.zeros(len(values))
+  outside = 0.0
+  for v, c in counts:
+    i = index.get(float(v))
+    if i is None:
+      outside += c / n
+    else:
+      freq[i] += c / n
+  return 0.5 * (float(np.abs(freq - probs).sum()) + outside
+                + abs(nan / n - p_nan))
+
+
+def tv_floor(law: Law, n: int) -> float:
+  """Expected TV of an exact sampler at ``n`` samples (its noise level).
+
+  Per value, E|X/n - p| for X ~ Binomial(n, p): sqrt(2 p (1-p) / (pi n)) in
+  the normal regime, about 2 p (1-p)^n where n p is small.
+  """
+  _, probs, p_nan = law
+  p = np.append(probs, p_nan)
+  p = p[p > 0]
+  normal = np.sqrt(2 * p * (1 - p) / (math.pi * n))
+  small = 2 * p * np.exp(n * np.log1p(-np.minimum(p, 0.5)))
+  return 0.5 * float(np.where(n * p < 1, small, normal).sum())
+
+
+def expected_distinct(law: Law, n: int) -> tuple[float, int]:
+  """(expected distinct values of an exact sampler at n, values with p > 0)."""
+  _, probs, _ = law
+  p = probs[probs > 0]
+  return float((-np.expm1(n * np.log1p(-np.minimum(p, 1 - 1e-16)))).sum()), int(p.size)
