@@ -1,0 +1,397 @@
+"""An fp8 ``dot_general``: scaled narrow operands forward, narrow gradients back.
+
+Forward, both operands are scaled and cast to their narrow formats (e4m3 by
+default) and multiplied with float32 accumulation; backward, the output
+gradient is scaled and cast to its own format (e5m2 by default) and
+multiplied with the *quantized* forward operands, as fp8 training on
+Hopper-class GPUs does. Scaling is current (each tensor's own amax) or
+delayed (:class:`jaxfp8.policy.DelayedScaling` state).
+
+Delayed-scaling state is an argument of the ``custom_vjp``; its "gradient" is
+the next state (input and kernel amaxes are recorded forward, the output
+gradient's backward). This is Flax's *overwrite with gradient* convention:
+the Flax modules below keep the state in the ``_overwrite_with_gradient``
+collection, which ``flax.training.train_state.TrainState`` replaces with its
+gradient instead of handing it to the optimizer. A state used by two calls in
+one step would receive the sum of two states: give each call its own.
+
+Every product of narrow operands goes through :func:`_matmul`, the one place
+to swap in a hand-written kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src.codes import CodeArray
+from jaxfp8._src.codes import decode
+from jaxfp8._src.scaling import _quantize_raw
+from jaxfp8._src.scaling import amax
+from jaxfp8._src.scaling import CurrentScaling
+from jaxfp8._src.scaling import DelayedScaling
+
+OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
+
+DimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
+                         tuple[Sequence[int], Sequence[int]]]
+
+
+def _operand(q):
+  """A narrow operand XLA can multiply: 8-bit native formats as they are;
+  float4 (no CPU dot) and CodeArrays (float6) decoded to float32, exactly."""
+  if isinstance(q, CodeArray):
+    return decode(q, jnp.float32)
+  if np.dtype(q.dtype).itemsize == 1 and formats.get(q.dtype).bits == 8:
+    return q
+  return q.astype(jnp.float32)
+
+
+def _matmul(lhs_q, rhs_q, dimension_numbers) -> jax.Array:
+  """``dot_general`` of two narrow operands, accumulated in float32."""
+  a, b = _operand(lhs_q), _operand(rhs_q)
+  if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
+    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+  return lax.dot_general(a, b, dimension_numbers,
+                         preferred_element_type=jnp.float32)
+
+
+def _kept(ndim: int, *groups) -> list[int]:
+  used = {int(d) for g in groups for d in g}
+  return [d for d in range(ndim) if d not in used]
+
+
+def _transpose_lhs(g, lhs_ndim: int, rhs, dimension_numbers, swap_ans=False):
+  """The cotangent of ``lhs`` in ``dot_general(lhs, rhs)`` given ``g``.
+
+  ``g``'s axes are (batch, lhs kept, rhs kept), or (batch, rhs kept, lhs
+  kept) when ``swap_ans``; contracting ``g``'s rhs-kept axes with ``rhs``
+  gives (batch, lhs kept, lhs contracting in rhs's order), then permuted back.
+  """
+  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
+  rhs_ndim = len(_shape(rhs))
+  l_kept = _kept(lhs_ndim, l_con, l_bat)
+  r_kept = _kept(rhs_ndim, r_con, r_bat)
+  nb = len(l_bat)
+  if swap_ans:
+    g_r = list(range(nb, nb + len(r_kept)))
+  else:
+    g_r = list(range(nb + len(l_kept), nb + len(l_kept) + len(r_kept)))
+  dims = ((g_r, r_kept), (list(range(nb)), list(r_bat)))
+  out = _matmul(g, rhs, dims)
+  l_con_by_r = [l_con[i] for i in np.argsort(r_con)]
+  perm = np.argsort(list(l_bat) + l_kept + l_con_by_r)
+  return lax.transpose(out, tuple(int(p) for p in perm))
+
+
+def _transpose_rhs(g, lhs, rhs_ndim: int, dimension_numbers):
+  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
+  swapped = ((r_con, l_con), (r_bat, l_bat))
+  return _transpose_lhs(g, rhs_ndim, lhs, swapped, swap_ans=True)
+
+
+def _shape(x) -> tuple[int, ...]:
+  return tuple(x.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  dimension_numbers: Any
+  out_dtype: Any
+  lhs_dtype: Any
+  rhs_dtype: Any
+
+
+def _freeze_dims(dimension_numbers) -> DimensionNumbers:
+  (lc, rc), (lb, rb) = dimension_numbers
+  t = lambda s: tuple(int(d) for d in s)
+  return ((t(lc), t(rc)), (t(lb), t(rb)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _scaled_dot(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
+                static: _Static):
+  return _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
+                         static)[0]
+
+
+def _quantize_operand(x, scaling):
+  x32 = x.astype(jnp.float32)
+  scale = scaling.scale_for(x32)
+  return _quantize_raw(x32, formats.get(scaling.format), scale), scale, (
+      scaling.update(amax(x32)))
+
+
+def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
+                    static: _Static):
+  q_l, s_l, next_l = _quantize_operand(lhs, lhs_scaling)
+  q_r, s_r, next_r = _quantize_operand(rhs, rhs_scaling)
+  out = _matmul(q_l, q_r, static.dimension_numbers) * (s_l * s_r)
+  res = (q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling)
+  return out.astype(static.out_dtype), res
+
+
+def _scaled_dot_bwd(static: _Static, res, g):
+  q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling = res
+  q_g, s_g, next_g = _quantize_operand(g, grad_scaling)
+  dims = static.dimension_numbers
+  d_lhs = _transpose_lhs(q_g, len(_shape(q_l)), q_r, dims) * (s_g * s_r)
+  d_rhs = _transpose_rhs(q_g, q_l, len(_shape(q_r)), dims) * (s_g * s_l)
+  return (d_lhs.astype(static.lhs_dtype), d_rhs.astype(static.rhs_dtype),
+          next_l, next_r, next_g)
+
+
+_scaled_dot.defvjp(_scaled_dot_fwd, _scaled_dot_bwd)
+
+
+def _check_scaling(s, arg: str, default: str):
+  if s is None:
+    return CurrentScaling(default)
+  if isinstance(s, (CurrentScaling, DelayedScaling)):
+    return s
+  if isinstance(s, (str, formats.Format)) or hasattr(s, "dtype") or (
+      isinstance(s, type)):
+    return CurrentScaling(formats.get_narrow(s, arg=arg,
+                                             fn="fp8_dot_general"))
+  raise TypeError(f"`{arg}` argument to `fp8_dot_general` must be a format, "
+                  f"CurrentScaling or DelayedScaling, got {type(s).__name__}")
+
+
+def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
+                    precision: Any = None,
+                    preferred_element_type: Any = None, *,
+                    lhs_scaling: Any = None, rhs_scaling: Any = None,
+                    grad_scaling: Any = None, **kwargs) -> jax.Array:
+  """``lax.dot_general`` computed on scaled narrow operands.
+
+  A drop-in ``dot_general`` for ``flax.linen.Dense(dot_general=...)`` and
+  ``nnx.Linear(dot_general=...)``. Forward, ``lhs`` and ``rhs`` are scaled
+  and cast (saturating, round to nearest) to their formats and multiplied in
+  float32; backward, the output gradient is scaled and cast to its format and
+  multiplied with the quantized operands (``custom_vjp``).
+
+  Args:
+    lhs, rhs, dimension_numbers: as for ``lax.dot_general``.
+    precision: ignored: products of narrow values are exact in float32.
+    preferred_element_type: dtype of the result; by default the promoted
+      dtype of ``lhs`` and ``rhs``.
+    lhs_scaling, rhs_scaling: how the operands are scaled: a format (current
+      scaling into it), a :class:`CurrentScaling` or a
+      :class:`DelayedScaling` state. Default: current scaling into e4m3.
+    grad_scaling: the same for the output gradient; default current scaling
+      into e5m2.
+    **kwargs: accepted and ignored (``out_sharding`` from Flax).
+
+  Returns:
+    The product, of ``preferred_element_type``. The gradient with respect to
+    a :class:`DelayedScaling` argument is its next state.
+
+  >>> import jax.numpy as jnp, jaxfp8
+  >>> x = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+  >>> dims = (((1,), (0,)), ((), ()))
+  >>> fp8_dot_general(x, x, dims)  # 3 / (4 / 448) = 336 rounds to 320 in e4m3
+  Array([[ 6.714..., 10.000...],
+         [14.285..., 21.714...]], dtype=float32)
+  >>> exact = jaxfp8.policy.CurrentScaling("e4m3", power_of_two=True)
+  >>> fp8_dot_general(x, x, dims, lhs_scaling=exact, rhs_scaling=exact)
+  Array([[ 7., 10.],
+         [15., 22.]], dtype=float32)
+  """
+  del precision, kwargs
+  lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+  for name, x in (("lhs", lhs), ("rhs", rhs)):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"`{name}` argument to `fp8_dot_general` must be a "
+                      f"floating array, got {x.dtype}")
+  out_dtype = np.dtype(preferred_element_type if preferred_element_type
+                       is not None else jnp.result_type(lhs, rhs))
+  static = _Static(_freeze_dims(dimension_numbers), out_dtype,
+                   np.dtype(lhs.dtype), np.dtype(rhs.dtype))
+  return _scaled_dot(lhs, rhs,
+                     _check_scaling(lhs_scaling, "lhs_scaling", "e4m3"),
+                     _check_scaling(rhs_scaling, "rhs_scaling", "e4m3"),
+                     _check_scaling(grad_scaling, "grad_scaling", "e5m2"),
+                     static)
+
+
+def fp8_dot_general_reference(lhs, rhs, dimension_numbers, *,
+                              lhs_format="e4m3", rhs_format="e4m3",
+                              **kwargs) -> jax.Array:
+  """Current-scaled forward in plain jnp (dequantize, then float32 dot).
+
+  The value :func:`fp8_dot_general` must match (up to summation order).
+  """
+  del kwargs
+  ops = []
+  for x, fmt in ((lhs, lhs_format), (rhs, rhs_format)):
+    q, scale = CurrentScaling(fmt).quantize(jnp.asarray(x, jnp.float32))
+    ops.append(decode(q, jnp.float32) * scale)
+  return lax.dot_general(ops[0], ops[1], dimension_numbers,
+                         precision=lax.Precision.HIGHEST)
+
+
+# -- Flax ------------------------------------------------------------------------
+
+_ROLES = ("input", "kernel", "output_grad")
+
+
+def _flax_linen():
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  return nn
+
+
+def _flax_nnx():
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  return nnx
+
+
+@functools.lru_cache(maxsize=None)
+def _linen_class():
+  nn = _flax_linen()
+
+  class Fp8DotGeneral(nn.Module):
+    """fp8 ``dot_general`` as a linen module: ``nn.Dense(dot_general_cls=...)``.
+
+    With ``scaling="delayed"`` the amax histories and scales of the input,
+    kernel and output gradient live in the ``_overwrite_with_gradient``
+    collection (Flax's names: ``input_amax_history``, ``input_scale``...).
+
+    Attributes:
+      fwd_format: format of the input and the kernel (default e4m3).
+      bwd_format: format of the output gradient (default e5m2).
+      scaling: ``"current"`` or ``"delayed"``.
+      history_length, reduction: delayed-scaling settings.
+      margin, power_of_two: scale settings (see ``compute_scale``).
+    """
+    fwd_format: Any = "float8_e4m3fn"
+    bwd_format: Any = "float8_e5m2"
+    scaling: str = "delayed"
+    history_length: int = 16
+    reduction: str = "max"
+    margin: int = 0
+    power_of_two: bool = False
+
+    @nn.compact
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+                 preferred_element_type=None, **kwargs):
+      fmts = (self.fwd_format, self.fwd_format, self.bwd_format)
+      if _check_mode(self.scaling, "Fp8DotGeneral") == "current":
+        states = [CurrentScaling(f, self.margin, self.power_of_two)
+                  for f in fmts]
+      else:
+        states = []
+        for role, fmt in zip(_ROLES, fmts):
+          fresh = DelayedScaling.create(
+              fmt, history_length=self.history_length,
+              reduction=self.reduction, margin=self.margin,
+              power_of_two=self.power_of_two)
+          hist = self.variable(OVERWRITE_WITH_GRADIENT,
+                               f"{role}_amax_history",
+                               lambda f=fresh: f.amax_history)
+          scale = self.variable(OVERWRITE_WITH_GRADIENT, f"{role}_scale",
+                                lambda f=fresh: f.scale)
+          states.append(dataclasses.replace(
+              fresh, amax_history=hist.value, scale=scale.value))
+      return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
+                             preferred_element_type, lhs_scaling=states[0],
+                             rhs_scaling=states[1], grad_scaling=states[2])
+
+  return Fp8DotGeneral
+
+
+def _check_mode(mode: str, fn: str) -> str:
+  if mode not in ("current", "delayed"):
+    raise ValueError(f"`scaling` argument to `{fn}` must be 'current' or "
+                     f"'delayed', got {mode!r}")
+  return mode
+
+
+@functools.lru_cache(maxsize=None)
+def _nnx_classes():
+  nnx = _flax_nnx()
+
+  class Fp8State(nnx.Variable):
+    """Delayed-scaling state: replace it with its gradient after each step."""
+
+  class Fp8DotGeneral(nnx.Module):
+    """fp8 ``dot_general`` as an nnx module: ``nnx.Linear(dot_general=...)``.
+
+    Pass an instance (not the class) so its state lives in the model. With
+    ``scaling="delayed"`` the state is :class:`Fp8State` variables; take the
+    gradient with respect to them too (``nnx.DiffState(0, (nnx.Param,
+    Fp8State))``) and write it back with :func:`nnx_apply_fp8_state`.
+    """
+
+    def __init__(self, *, fwd_format: Any = "float8_e4m3fn",
+                 bwd_format: Any = "float8_e5m2", scaling: str = "delayed",
+                 history_length: int = 16, reduction: str = "max",
+                 margin: int = 0, power_of_two: bool = False):
+      self.mode = _check_mode(scaling, "Fp8DotGeneral")
+      self.formats = (formats.get_narrow(fwd_format).name,
+                      formats.get_narrow(fwd_format).name,
+                      formats.get_narrow(bwd_format).name)
+      self.reduction, self.margin = reduction, margin
+      self.power_of_two = bool(power_of_two)
+      if self.mode == "delayed":
+        for role, fmt in zip(_ROLES, self.formats):
+          fresh = DelayedScaling.create(fmt, history_length=history_length,
+                                        reduction=reduction, margin=margin,
+                                        power_of_two=power_of_two)
+          setattr(self, f"{role}_amax_history", Fp8State(fresh.amax_history))
+          setattr(self, f"{role}_scale", Fp8State(fresh.scale))
+
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+                 preferred_element_type=None, **kwargs):
+      if self.mode == "current":
+        states = [CurrentScaling(f, self.margin, self.power_of_two)
+                  for f in self.formats]
+      else:
+        states = [
+            DelayedScaling(getattr(self, f"{role}_amax_history")[...],
+                           getattr(self, f"{role}_scale")[...], fmt,
+                           self.reduction, self.margin, self.power_of_two)
+            for role, fmt in zip(_ROLES, self.formats)]
+      return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
+                             preferred_element_type, lhs_scaling=states[0],
+                             rhs_scaling=states[1], grad_scaling=states[2])
+
+  return Fp8State, Fp8DotGeneral
+
+
+def __getattr__(name: str):
+  # Flax is optional: its classes are built on first use.
+  if name == "Fp8DotGeneral":
+    return _linen_class()
+  if name == "NnxFp8DotGeneral":
+    return _nnx_classes()[1]
+  if name == "Fp8State":
+    return _nnx_classes()[0]
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def nnx_apply_fp8_state(model: Any, grads: Any) -> Any:
+  """Writes the delayed-scaling state found in ``grads`` into ``model``.
+
+  Returns the remaining gradients (the parameters'), for the optimizer.
+  """
+  nnx = _flax_nnx()
+  fp8_state_cls = _nnx_classes()[0]
+  state, rest = grads.split(fp8_state_cls, ...)
+  nnx.update(model, state)
+  return rest
+
+
+def split_overwrite_with_gradient(variables: Any) -> tuple[Any, Optional[Any]]:
+  """``(params part, state part)`` of a linen variables dict or its gradient."""
+  if isinstance(variables, dict) or hasattr(variables, "keys"):
+    if OVERWRITE_WITH_GRADIENT in variables:
+      rest = {k: v for k, v in variables.items()
+              if k != OVERWRITE_WITH_GRADIENT}
+      return rest, variables[OVERWRITE_WITH_GRADIENT]
+  return variables, None

@@ -1,0 +1,495 @@
+"""Per-tensor scaling into narrow formats, and loss scaling.
+
+A narrow format covers a small range (e4m3: 2^-9 .. 448), so a tensor is
+divided by a *scale* before the cast and multiplied by it after:
+``q = cast(x / scale)``, ``x ~ q * scale``. The scale maps the tensor's
+largest magnitude (its *amax*) onto the format's max, less a safety margin of
+``2^margin``: ``scale = amax * 2^margin / fmt.max``, or with ``power_of_two=True`` the
+power of two at or above it, so that dividing by it is exact and values
+already on the format's grid stay there.
+
+* :class:`CurrentScaling` takes amax from the tensor being cast (one extra
+  reduction per cast, never saturates).
+* :class:`DelayedScaling` takes it from a history of the amaxes of earlier
+  steps (reduced with ``max`` or ``most_recent``), so the cast needs no
+  reduction first; the state is a pytree and :meth:`DelayedScaling.update`
+  returns the next state, like ``jmp.DynamicLossScale.adjust``.
+
+Both are pytrees with the same methods (``format``, ``scale_for``,
+``update``, ``quantize``), so code that takes one takes the other.
+Loss scaling (:class:`DynamicLossScale` and friends) follows jmp's classes
+field for field and converts to and from them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, TypeVar, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import validate
+from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src.cast import cast
+from jaxfp8._src.codes import CodeArray
+from jaxfp8._src.codes import decode
+
+T = TypeVar("T")
+
+REDUCTIONS: tuple[str, ...] = ("max", "most_recent", "mean")
+# Scales are kept at or above the smallest normal float32: XLA on CPU flushes
+# subnormals to zero, and x / 0 would be Inf.
+_MIN_SCALE = float(np.finfo(np.float32).tiny)
+
+
+def amax(x: Any) -> jax.Array:
+  """Largest magnitude of ``x`` as a float32 scalar (NaN if ``x`` has NaN).
+
+  >>> amax(jnp.array([1.0, -3.0, 2.0]))
+  Array(3., dtype=float32)
+  """
+  if isinstance(x, CodeArray):
+    x = decode(x)
+  return jnp.max(jnp.abs(jnp.asarray(x).astype(jnp.float32)))
+
+
+def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
+                  power_of_two: bool = False, previous: Any = 1.0) -> jax.Array:
+  """The scale that maps ``amax_value`` onto the format's max.
+
+  Args:
+    amax_value: the magnitude to fit (a scalar).
+    fmt: the narrow format.
+    margin: headroom in powers of two: the scale is ``2^margin`` larger.
+    power_of_two: round the scale up to a power of two.
+    previous: returned where ``amax_value`` is zero or not finite.
+
+  Returns:
+    ``amax_value * 2^margin / fmt.max`` as a float32 scalar.
+
+  >>> compute_scale(jnp.float32(896.0), "e4m3")
+  Array(2., dtype=float32)
+  >>> compute_scale(jnp.float32(0.0), "e4m3", previous=0.5)
+  Array(0.5, dtype=float32)
+  >>> compute_scale(jnp.float32(500.0), "e4m3", power_of_two=True)
+  Array(2., dtype=float32)
+  """
+  fmt = formats.get_narrow(fmt, arg="fmt", fn="compute_scale")
+  a = jnp.asarray(amax_value, jnp.float32)
+  scale = jnp.maximum(a * np.float32(2.0**margin / fmt.max), _MIN_SCALE)
+  if power_of_two:
+    mant, exp = jnp.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
+    exp = jnp.where(mant == 0.5, exp - 1, exp)
+    scale = jnp.ldexp(jnp.float32(1.0), exp)
+  ok = (a > 0) & jnp.isfinite(scale)
+  return jnp.where(ok, scale, jnp.asarray(previous, jnp.float32))
+
+
+def quantize(x: Any, fmt: formats.FormatLike, scale: Any) -> Any:
+  """``cast(x / scale, fmt)``: saturating, round to nearest.
+
+  Returns a native narrow array, or a :class:`jaxfp8.CodeArray` for formats
+  the backend can't hold. Gradients pass straight through to ``x / scale``.
+
+  >>> quantize(jnp.array([1.0, 900.0]), "e4m3", 2.0)
+  Array([0.5, 448], dtype=float8_e4m3fn)
+  """
+  x32 = jnp.asarray(x).astype(jnp.float32)
+  return cast(x32 / jnp.asarray(scale, jnp.float32), fmt)
+
+
+def dequantize(q: Any, scale: Any, dtype: Any = jnp.float32) -> jax.Array:
+  """``q * scale`` in ``dtype`` (float32 by default), exact in float32.
+
+  >>> dequantize(quantize(jnp.array([1.0, 900.0]), "e4m3", 2.0), 2.0)
+  Array([  1., 896.], dtype=float32)
+  """
+  return (decode(q, jnp.float32) * jnp.asarray(scale, jnp.float32)).astype(
+      dtype)
+
+
+def _quantize_raw(x32, fmt: formats.Format, scale):
+  """Saturating nearest cast of ``x32 / scale`` with no gradient rule.
+
+  For use inside custom derivative rules; returns the narrow array (native
+  formats) or its uint8 codes wrapped as a CodeArray.
+  """
+  y = x32 / scale
+  if fmt.native:
+    return _cast_jit(y, None, fmt.name, "nearest", True, False)
+  return CodeArray(_cast_jit(y, None, fmt.name, "nearest", True, True), fmt)
+
+
+def _check_margin(margin: Any, fn: str) -> int:
+  if not isinstance(margin, (int, np.integer)) or isinstance(margin, bool):
+    raise TypeError(f"`margin` argument to `{fn}` must be an integer, got "
+                    f"{type(margin).__name__}")
+  return int(margin)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class CurrentScaling:
+  """Scales each tensor by its own amax (no state).
+
+  Attributes:
+    format: the narrow format tensors are cast to (name, alias or dtype).
+    margin: headroom in powers of two.
+    power_of_two: round scales up to powers of two.
+
+  >>> s = CurrentScaling("e4m3")
+  >>> q, scale = s.quantize(jnp.array([0.5, -896.0]))
+  >>> q, scale
+  (Array([0.25, -448], dtype=float8_e4m3fn), Array(2., dtype=float32))
+  >>> s.update(jnp.float32(7.0)) is s
+  True
+  """
+
+  format: Any = "float8_e4m3fn"
+  margin: int = 0
+  power_of_two: bool = False
+
+  def __post_init__(self):
+    fmt = formats.get_narrow(self.format, arg="format", fn="CurrentScaling")
+    object.__setattr__(self, "power_of_two", bool(self.power_of_two))
+    object.__setattr__(self, "format", fmt.name)
+    object.__setattr__(self, "margin", _check_margin(self.margin,
+                                                     "CurrentScaling"))
+
+  def tree_flatten(self):
+    return (), (self.format, self.margin, self.power_of_two)
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    del children
+    return cls(*aux)
+
+  def scale_for(self, x: Any) -> jax.Array:
+    """The scale for ``x``: from ``x``'s own amax."""
+    return compute_scale(amax(x), self.format, margin=self.margin,
+                         power_of_two=self.power_of_two)
+
+  def update(self, amax_value: Any) -> CurrentScaling:
+    """Current scaling keeps no state: returns ``self``."""
+    del amax_value
+    return self
+
+  def quantize(self, x: Any) -> tuple[Any, jax.Array]:
+    """``(cast(x / scale), scale)`` with ``scale = scale_for(x)``."""
+    scale = self.scale_for(x)
+    return quantize(x, self.format, scale), scale
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class DelayedScaling:
+  """Scales tensors by the amax seen in earlier steps (pytree state).
+
+  ``scale`` is the scale to use now; ``amax_history[0]`` is the most recent
+  amax. :meth:`update` records a new amax and recomputes the scale from the
+  reduced history: a pure function returning the next state, usable under
+  ``jit``. Create one with :meth:`create`.
+
+  Attributes:
+    amax_history: float32 array ``(history_length,)``, most recent first.
+    scale: float32 scalar, the scale to quantize with.
+    format: the narrow format (static).
+    reduction: ``"max"``, ``"most_recent"``, ``"mean"`` or a function from
+      the history to a scalar (static).
+    margin: headroom in powers of two (static).
+    power_of_two: round scales up to powers of two (static).
+
+  >>> s = DelayedScaling.create("e4m3", history_length=4)
+  >>> s.scale
+  Array(1., dtype=float32)
+  >>> s = jax.jit(DelayedScaling.update)(s, jnp.float32(896.0))
+  >>> s.amax_history, s.scale
+  (Array([896.,   0.,   0.,   0.], dtype=float32), Array(2., dtype=float32))
+  >>> s.update(jnp.float32(224.0)).scale  # max over the history
+  Array(2., dtype=float32)
+  """
+
+  amax_history: Any
+  scale: Any
+  format: Any = "float8_e4m3fn"
+  reduction: Union[str, Callable[[jax.Array], jax.Array]] = "max"
+  margin: int = 0
+  power_of_two: bool = False
+
+  def __post_init__(self):
+    fmt = formats.get_narrow(self.format, arg="format", fn="DelayedScaling")
+    object.__setattr__(self, "power_of_two", bool(self.power_of_two))
+    object.__setattr__(self, "format", fmt.name)
+    if not callable(self.reduction):
+      validate.check_choice(self.reduction, REDUCTIONS, "reduction",
+                            "DelayedScaling")
+    object.__setattr__(self, "margin", _check_margin(self.margin,
+                                                     "DelayedScaling"))
+
+  @classmethod
+  def create(cls, format: Any = "float8_e4m3fn", *,  # pylint: disable=redefined-builtin
+             history_length: int = 16,
+             reduction: Union[str, Callable[[jax.Array], jax.Array]] = "max",
+             margin: int = 0, power_of_two: bool = False,
+             initial_scale: float = 1.0) -> DelayedScaling:
+    """A fresh state: empty (zero) history and ``initial_scale``.
+
+    Args:
+      format: the narrow format.
+      history_length: how many past amaxes to keep (at least 1).
+      reduction: how the history becomes one amax: ``"max"`` (default),
+        ``"most_recent"``, ``"mean"`` or a function of the history.
+      margin: headroom in powers of two.
+      power_of_two: round scales up to powers of two.
+      initial_scale: the scale before any amax was seen.
+    """
+    if (not isinstance(history_length, (int, np.integer))
+        or isinstance(history_length, bool) or history_length < 1):
+      raise ValueError(f"`history_length` argument to `DelayedScaling.create` "
+                       f"must be a positive integer, got {history_length!r}")
+    return cls(jnp.zeros((int(history_length),), jnp.float32),
+               jnp.asarray(initial_scale, jnp.float32), format, reduction,
+               margin, power_of_two)
+
+  def tree_flatten(self):
+    return ((self.amax_history, self.scale),
+            (self.format, self.reduction, self.margin, self.power_of_two))
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    obj = object.__new__(cls)
+    for name, value in zip(("amax_history", "scale", "format", "reduction",
+                            "margin", "power_of_two"),
+                           (*children, *aux)):
+      object.__setattr__(obj, name, value)
+    return obj
+
+  @property
+  def history_length(self) -> int:
+    return int(self.amax_history.shape[0])
+
+  def reduced_amax(self, history: Any = None) -> jax.Array:
+    """The history reduced to one amax."""
+    h = self.amax_history if history is None else history
+    if callable(self.reduction):
+      return jnp.asarray(self.reduction(h), jnp.float32)
+    if self.reduction == "max":
+      return jnp.max(h)
+    if self.reduction == "mean":
+      return jnp.mean(h)
+    return h[0]
+
+  def scale_for(self, x: Any) -> jax.Array:
+    """The stored scale (``x`` is not looked at)."""
+    del x
+    return self.scale
+
+  def update(self, amax_value: Any) -> DelayedScaling:
+    """Records ``amax_value`` and recomputes the scale; returns a new state.
+
+    A zero or non-finite amax is recorded, but a reduced amax that is zero
+    or not finite keeps the previous scale.
+    """
+    a = jnp.asarray(amax_value, jnp.float32).reshape(())
+    history = jnp.roll(self.amax_history, 1).at[0].set(a)
+    scale = compute_scale(self.reduced_amax(history), self.format,
+                          margin=self.margin, power_of_two=self.power_of_two,
+                          previous=self.scale)
+    return dataclasses.replace(self, amax_history=history, scale=scale)
+
+  def quantize(self, x: Any) -> tuple[Any, jax.Array]:
+    """``(cast(x / scale), scale)`` with the stored scale."""
+    return quantize(x, self.format, self.scale), self.scale
+
+
+Scaling = Union[CurrentScaling, DelayedScaling]
+
+
+# -- loss scaling: jmp's classes, field for field --------------------------------
+
+def _is_float(x) -> bool:
+  return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _scale_tree(tree: T, factor) -> T:
+  """Multiplies floating leaves by ``factor`` in float32, keeping dtypes."""
+  def one(x):
+    if isinstance(x, CodeArray):
+      return cast(decode(x) * factor, x.format)
+    if not _is_float(x):
+      return x
+    if formats.is_narrow(x.dtype):
+      return cast(x.astype(jnp.float32) * factor, x.dtype)
+    return (x * jnp.asarray(factor, jnp.float32)).astype(x.dtype)
+  return jax.tree_util.tree_map(one, tree,
+                                is_leaf=lambda x: isinstance(x, CodeArray))
+
+
+def all_finite(tree: Any) -> jax.Array:
+  """Whether every floating leaf of ``tree`` is finite (a bool scalar).
+
+  >>> all_finite({"a": jnp.ones(2), "b": jnp.array([1.0, jnp.inf])})
+  Array(False, dtype=bool)
+  """
+  leaves = [decode(x) if isinstance(x, CodeArray) else x
+            for x in jax.tree_util.tree_leaves(
+                tree, is_leaf=lambda x: isinstance(x, CodeArray))]
+  checks = [jnp.isfinite(x.astype(jnp.float32)).all() for x in leaves
+            if _is_float(x)]
+  return jnp.stack(checks).all() if checks else jnp.array(True)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class NoOpLossScale:
+  """No loss scaling (``jmp.NoOpLossScale``)."""
+
+  @property
+  def loss_scale(self):
+    return 1
+
+  def scale(self, tree: T) -> T:
+    return tree
+
+  def unscale(self, tree: T) -> T:
+    return tree
+
+  def adjust(self, grads_finite: Any) -> NoOpLossScale:
+    del grads_finite
+    return self
+
+  def tree_flatten(self):
+    return (), None
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    del aux, children
+    return cls()
+
+  def to_jmp(self):
+    import jmp  # pylint: disable=g-import-not-at-top
+    return jmp.NoOpLossScale()
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class StaticLossScale:
+  """A fixed loss scale (``jmp.StaticLossScale``); narrow leaves saturate."""
+
+  loss_scale: Any
+
+  def scale(self, tree: T) -> T:
+    return _scale_tree(tree, self.loss_scale)
+
+  def unscale(self, tree: T) -> T:
+    return _scale_tree(tree, 1 / jnp.asarray(self.loss_scale, jnp.float32))
+
+  def adjust(self, grads_finite: Any) -> StaticLossScale:
+    del grads_finite
+    return self
+
+  def tree_flatten(self):
+    return (self.loss_scale,), None
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    del aux
+    return cls(children[0])
+
+  def to_jmp(self):
+    import jmp  # pylint: disable=g-import-not-at-top
+    return jmp.StaticLossScale(self.loss_scale)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class DynamicLossScale:
+  """jmp's dynamic loss scale, with the same fields, pytree and rule.
+
+  Every ``period`` steps with finite gradients the scale grows by ``factor``;
+  non-finite gradients shrink it by ``factor`` (not below
+  ``min_loss_scale``) and restart the count. ``scale``/``unscale`` touch
+  floating leaves only and keep their dtype (narrow leaves are rescaled in
+  float32 and cast back, saturating).
+
+  >>> ls = DynamicLossScale(jnp.float32(2.0**15), period=2)
+  >>> ls = ls.adjust(jnp.array(True)).adjust(jnp.array(True))
+  >>> ls.loss_scale
+  Array(65536., dtype=float32)
+  >>> ls.adjust(jnp.array(False)).loss_scale
+  Array(32768., dtype=float32)
+  """
+
+  loss_scale: Any
+  counter: Any = dataclasses.field(
+      default_factory=lambda: np.zeros([], np.int32))
+  period: int = 2000
+  factor: int = 2
+  min_loss_scale: Any = dataclasses.field(
+      default_factory=lambda: np.ones([], np.float32))
+
+  def scale(self, tree: T) -> T:
+    return _scale_tree(tree, self.loss_scale)
+
+  def unscale(self, tree: T) -> T:
+    return _scale_tree(tree, 1 / jnp.asarray(self.loss_scale, jnp.float32))
+
+  def tree_flatten(self):
+    return ((self.loss_scale, self.counter, self.min_loss_scale),
+            (self.period, self.factor))
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    loss_scale, counter, min_loss_scale = children
+    return cls(loss_scale, counter, aux[0], aux[1], min_loss_scale)
+
+  def adjust(self, grads_finite: Any) -> DynamicLossScale:
+    """The next state given whether this step's gradients were finite."""
+    grads_finite = jnp.asarray(grads_finite)
+    if grads_finite.ndim != 0:
+      raise ValueError("`grads_finite` argument to `DynamicLossScale.adjust` "
+                       f"must be a scalar, got shape {grads_finite.shape}")
+    scale = jnp.asarray(self.loss_scale)
+    grown = scale * self.factor
+    grown = jnp.where(jnp.isfinite(grown), grown, scale)
+    loss_scale = jnp.where(
+        grads_finite,
+        jnp.where(self.counter == self.period - 1, grown, scale),
+        jnp.maximum(self.min_loss_scale, scale / self.factor))
+    counter = ((self.counter + 1) % self.period) * grads_finite
+    return dataclasses.replace(self, loss_scale=loss_scale.astype(scale.dtype),
+                               counter=counter.astype(jnp.int32))
+
+  def to_jmp(self):
+    import jmp  # pylint: disable=g-import-not-at-top
+    return jmp.DynamicLossScale(
+        loss_scale=jnp.asarray(self.loss_scale), counter=self.counter,
+        period=self.period, factor=self.factor,
+        min_loss_scale=self.min_loss_scale)
+
+
+LossScale = Union[NoOpLossScale, StaticLossScale, DynamicLossScale]
+
+
+def loss_scale_from_jmp(loss_scale: Any) -> LossScale:
+  """The jaxfp8 loss scale equal to a jmp one (``NoOp``, ``Static``, ``Dynamic``).
+
+  >>> import jmp
+  >>> loss_scale_from_jmp(jmp.StaticLossScale(128.0))
+  StaticLossScale(loss_scale=128.0)
+  """
+  kind = type(loss_scale).__name__
+  if kind == "NoOpLossScale":
+    return NoOpLossScale()
+  if kind == "StaticLossScale":
+    return StaticLossScale(loss_scale.loss_scale)
+  if kind == "DynamicLossScale":
+    return DynamicLossScale(loss_scale.loss_scale, loss_scale.counter,
+                            loss_scale.period, loss_scale.factor,
+                            loss_scale.min_loss_scale)
+  raise TypeError(f"`loss_scale` argument to `loss_scale_from_jmp` must be a "
+                  f"jmp NoOpLossScale, StaticLossScale or DynamicLossScale, "
+                  f"got {kind}")
+
