@@ -390,8 +390,14 @@ def variance_scaling(
   >>> round(float(w.astype(jnp.float32).std()) * 512 ** 0.5 / 2 ** 0.5, 1)
   1.0
   """
+  return _variance_scaling("variance_scaling", scale, mode, distribution,
+                           in_axis, out_axis, batch_axis, dtype)
+
+
+def _variance_scaling(fn, scale, mode, distribution, in_axis, out_axis,
+                      batch_axis, dtype) -> Initializer:
   return _rounded(
-      "variance_scaling",
+      fn,
       _jax.variance_scaling(scale, mode, distribution, in_axis=in_axis,
                             out_axis=out_axis, batch_axis=batch_axis,
                             dtype=dtype),
@@ -405,9 +411,8 @@ def _named_variance_scaling(name: str, scale: float, mode: str,
               out_axis: int | Sequence[int] = -1,
               batch_axis: int | Sequence[int] = (),
               dtype: DTypeLike | None = None) -> Initializer:
-    return variance_scaling(scale, mode, distribution, in_axis=in_axis,
-                            out_axis=out_axis, batch_axis=batch_axis,
-                            dtype=dtype)
+    return _variance_scaling(name, scale, mode, distribution, in_axis,
+                             out_axis, batch_axis, dtype)
   factory.__name__ = factory.__qualname__ = name
   factory.__module__ = __name__
   factory.__doc__ = (
