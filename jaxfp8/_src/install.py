@@ -407,7 +407,8 @@ def installed() -> Iterator[None]:
 
   >>> import jax, jax.numpy as jnp, flax.linen as nn, jaxfp8
   >>> with jaxfp8.installed():
-  ...   params = nn.Dense(8, param_dtype=jnp.float8_e4m3fn).init(
+  ...   params = nn.Dense(8, dtype=jnp.float32,
+  ...                     param_dtype=jnp.float8_e4m3fn).init(
   ...       jax.random.key(0), jnp.ones((1, 16)))
   >>> k = params["params"]["kernel"].astype(jnp.float32)
   >>> bool(jnp.isnan(k).any())
