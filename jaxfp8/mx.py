@@ -12,8 +12,11 @@ from jaxfp8._src.mx import MXArray as MXArray
 from jaxfp8._src.mx import MXFormat as MXFormat
 from jaxfp8._src.mx import quantize as quantize
 from jaxfp8._src.mx import SCALE_MODES as SCALE_MODES
+from jaxfp8._src.mx_matmul import from_scaled as from_scaled
+from jaxfp8._src.mx_matmul import matmul as matmul
+from jaxfp8._src.mx_matmul import to_scaled as to_scaled
 
 __all__ = [
     "MXArray", "MXFormat", "MX_FORMATS", "SCALE_MODES", "dequantize",
-    "get_format", "quantize",
+    "from_scaled", "get_format", "matmul", "quantize", "to_scaled",
 ]

@@ -410,8 +410,9 @@ def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   q = lax.bitcast_convert_type(bamax, jnp.float32) / np.float32(6.0)
   scale_rounding = _NV_SCALE_ROUNDING[mode]
   sc = _cast_jit(q, None, mx.scale_name, scale_rounding, True, True)
-  if scale_rounding == "up":  # q may be a float32 subnormal XLA flushed to 0
-    sc = jnp.where((bamax > 0) & (sc == 0), jnp.uint8(1), sc)
+  if scale_rounding == "up":  # x / 2^j or q may be below float32's range
+    sc = jnp.where((jnp.max(finite, axis=-1) > 0) & (sc == 0), jnp.uint8(1),
+                   sc)
   sc = jnp.where(bad, jnp.uint8(mx.scale.nan_code), sc)
   sv = lax.bitcast_convert_type(sc, mx.scale.dtype).astype(jnp.float32)
   ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
