@@ -1,0 +1,290 @@
+"""Pallas kernels of jaxfp8.ops, run in interpret mode on CPU.
+
+Every result is checked against the float64 product of the dequantized
+operands: elementwise within the float32-accumulation bound
+``1e-5 * (|a| @ |b|.T)`` (plus bf16 rounding for bf16 outputs), and
+norm-wise within 1e-5 for float32 outputs.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxfp8
+from jaxfp8 import ops
+from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
+
+FP8_DTYPES = [jnp.float8_e4m3fn, jnp.float8_e5m2]
+MX_FORMATS = list(ops.MXFP8_FORMATS)
+# (M, N, K, tiles, out_dtype): odd shapes over several padded tiles, and
+# K = 4096 (interpret mode is slow: small M and N there).
+_ODD = (37, 45, 100, dict(block_m=16, block_n=32, block_k=64))
+CASES = [(*_ODD, jnp.float32), (*_ODD, jnp.bfloat16),
+         (3, 5, 4096, {}, jnp.float32)]
+CASE_IDS = ["odd-f32", "odd-bf16", "k4096-f32"]
+_TINY = 2.0**-126  # float32 results below this may be flushed on CPU
+
+
+def _ids(xs):
+  return [np.dtype(x).name if not isinstance(x, str) else x for x in xs]
+
+
+def _fp8(rng, shape, dtype, spread=0):
+  """Normal samples times random powers of two (per row), cast to fp8."""
+  x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1,
+                                                         (shape[0], 1)))
+  return jnp.asarray(np.clip(x, -400, 400), dtype)
+
+
+def _check(out, ref, bound, out_dtype):
+  """out vs the float64 ref: elementwise within bound (+ output rounding)."""
+  out = np.asarray(out.astype(jnp.float32), np.float64)
+  assert out.shape == ref.shape
+  rounding = 2.0**-8 if np.dtype(out_dtype) == np.dtype(jnp.bfloat16) else 0.0
+  err = np.abs(out - ref)
+  allowed = 1e-5 * bound + rounding * np.abs(ref) + _TINY
+  assert np.all(err <= allowed), f"max excess {np.max(err - allowed)}"
+  if np.dtype(out_dtype) == np.float32 and np.linalg.norm(ref) > 0:
+    rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert rel < 1e-5, rel
+
+
+def _f64(x):
+  return np.asarray(x, np.float64)
+
+
+# -- scaled_matmul -----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=_ids(FP8_DTYPES))
+@pytest.mark.parametrize("m,n,k,tiles,out_dtype", CASES, ids=CASE_IDS)
+def test_scaled_matmul_matches_float64(m, n, k, tiles, dtype, out_dtype):
+  rng = np.random.default_rng(m * n + k)
+  a, b = _fp8(rng, (m, k), dtype, 3), _fp8(rng, (n, k), dtype, 3)
+  sa, sb = np.float32(0.37), np.float32(2.0**-5 * 3)
+  out = ops.scaled_matmul(a, b, sa, sb, out_dtype=out_dtype, interpret=True,
+                          **tiles)
+  assert out.dtype == out_dtype
+  ref = (_f64(a) * float(sa)) @ (_f64(b) * float(sb)).T
+  bound = (np.abs(_f64(a)) * float(sa)) @ (np.abs(_f64(b)) * float(sb)).T
+  _check(out, ref, bound, out_dtype)
+
+
+def test_scaled_matmul_mixed_formats_and_jit():
+  rng = np.random.default_rng(1)
+  a = _fp8(rng, (20, 96), jnp.float8_e4m3fn, 4)
+  b = _fp8(rng, (33, 96), jnp.float8_e5m2, 4)
+  f = jax.jit(lambda a, b, s: ops.scaled_matmul(
+      a, b, s, 4.0, out_dtype=jnp.float32, interpret=True, block_m=16,
+      block_n=16, block_k=32))
+  out = f(a, b, jnp.float32(0.25))
+  ref = _f64(a) @ _f64(b).T
+  _check(out, ref, np.abs(_f64(a)) @ np.abs(_f64(b)).T, jnp.float32)
+
+
+def test_scaled_matmul_jaxpr_has_pallas_call():
+  a = jnp.ones((16, 64), jnp.float8_e4m3fn)
+  jaxpr = jax.make_jaxpr(lambda a: ops.scaled_matmul(
+      a, a, 1.0, 1.0, interpret=True))(a)
+  assert "pallas_call" in str(jaxpr)
+  # interpret=None on CPU is the jnp reference: no Pallas.
+  jaxpr = jax.make_jaxpr(lambda a: ops.scaled_matmul(a, a, 1.0, 1.0))(a)
+  assert "pallas_call" not in str(jaxpr)
+
+
+@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=_ids(FP8_DTYPES))
+def test_scaled_matmul_reference_path_matches_kernel(dtype):
+  rng = np.random.default_rng(2)
+  a, b = _fp8(rng, (9, 70), dtype, 2), _fp8(rng, (11, 70), dtype, 2)
+  kernel = ops.scaled_matmul(a, b, 0.5, 3.0, out_dtype=jnp.float32,
+                             interpret=True)
+  reference = ops.scaled_matmul(a, b, 0.5, 3.0, out_dtype=jnp.float32)
+  np.testing.assert_allclose(np.asarray(kernel), np.asarray(reference),
+                             rtol=1e-6, atol=1e-30)
+  ref64 = _f64(a) @ _f64(b).T * 1.5
+  _check(reference, ref64, np.abs(_f64(a)) @ np.abs(_f64(b)).T * 1.5,
+         jnp.float32)
+
+
+def test_scaled_matmul_empty():
+  a = jnp.zeros((0, 32), jnp.float8_e4m3fn)
+  b = jnp.zeros((4, 32), jnp.float8_e4m3fn)
+  assert ops.scaled_matmul(a, b, 1.0, 1.0, interpret=True).shape == (0, 4)
+  out = ops.scaled_matmul(b[:, :0], b[:, :0], 1.0, 1.0, interpret=True)
+  np.testing.assert_array_equal(np.asarray(out, np.float32), np.zeros((4, 4)))
+
+
+def test_scaled_matmul_errors():
+  a = jnp.ones((4, 32), jnp.float8_e4m3fn)
+  with pytest.raises(TypeError, match="`a` argument to `scaled_matmul`"):
+    ops.scaled_matmul(jnp.ones((4, 32)), a, 1.0, 1.0)
+  with pytest.raises(NotImplementedError, match="float8_e4m3fnuz"):
+    ops.scaled_matmul(a.astype(jnp.float8_e4m3fnuz), a, 1.0, 1.0)
+  with pytest.raises(ValueError, match="same K"):
+    ops.scaled_matmul(a, a[:, :16], 1.0, 1.0)
+  with pytest.raises(ValueError, match="2-D"):
+    ops.scaled_matmul(a[0], a, 1.0, 1.0)
+  with pytest.raises(ValueError, match="per-tensor scale"):
+    ops.scaled_matmul(a, a, jnp.ones(2), 1.0)
+  with pytest.raises(TypeError, match="b_scale"):
+    ops.scaled_matmul(a, a, 1.0, "2")
+  with pytest.raises(NotImplementedError, match="out_dtype"):
+    ops.scaled_matmul(a, a, 1.0, 1.0, out_dtype=jnp.float8_e4m3fn)
+  with pytest.raises(ValueError, match="power of two"):
+    ops.scaled_matmul(a, a, 1.0, 1.0, block_m=24)
+  with pytest.raises(ValueError, match="at least 32"):
+    ops.scaled_matmul(a, a, 1.0, 1.0, block_k=16)
+  with pytest.raises(TypeError, match="interpret"):
+    ops.scaled_matmul(a, a, 1.0, 1.0, interpret="yes")
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="CPU behaviour")
+def test_compiled_mode_needs_gpu():
+  a = jnp.ones((4, 32), jnp.float8_e4m3fn)
+  with pytest.raises(NotImplementedError, match="needs a GPU"):
+    ops.scaled_matmul(a, a, 1.0, 1.0, interpret=False)
+  m = jaxfp8.mx.quantize(jnp.ones((4, 32)), "mxfp8")
+  with pytest.raises(NotImplementedError, match="needs a GPU"):
+    ops.mx_matmul(m, m, interpret=False)
+
+
+# -- mx_matmul ---------------------------------------------------------------
+
+def _mx_f64(x) -> np.ndarray:
+  """Exact float64 values of an mxfp8 MXArray (NaN where the scale is NaN)."""
+  d = _f64(x.data.astype(jnp.float32))
+  c = np.asarray(x.scales).astype(np.int64)
+  s = np.where(c == 255, np.nan, np.exp2(c - 127.0))
+  v = d.reshape(d.shape[0], -1, x.block_size) * s[..., None]
+  return v.reshape(d.shape)[:, :x.shape[1]]
+
+
+def _mx(data, codes, fmt):
+  """An MXArray from fp8 data (M, K) and chosen scale codes (M, K / 32)."""
+  return jaxfp8.mx.MXArray(data, jnp.asarray(codes, jnp.uint8), fmt, axis=-1,
+                           length=data.shape[1], block_size=32)
+
+
+def _mx_check(out, a, b, out_dtype):
+  av, bv = _mx_f64(a), _mx_f64(b)
+  _check(out, av @ bv.T, np.abs(av) @ np.abs(bv).T, out_dtype)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+@pytest.mark.parametrize("m,n,k,tiles,out_dtype", CASES, ids=CASE_IDS)
+def test_mx_matmul_matches_float64(m, n, k, tiles, fmt, out_dtype):
+  rng = np.random.default_rng(m + n * k)
+  x = rng.standard_normal((m, k)) * np.exp2(rng.integers(-30, 30, (m, 1)))
+  y = rng.standard_normal((n, k)) * np.exp2(rng.integers(-8, 8, (1, k)))
+  a = jaxfp8.mx.quantize(jnp.asarray(x, jnp.float32), fmt, pad=True)
+  b = jaxfp8.mx.quantize(jnp.asarray(y, jnp.float32), fmt, pad=True)
+  out = ops.mx_matmul(a, b, out_dtype=out_dtype, interpret=True, **tiles)
+  assert out.dtype == out_dtype and out.shape == (m, n)
+  _mx_check(out, a, b, out_dtype)
+
+
+def _run(a, b, path, **kw):
+  return mx_matmul_lib._mx_matmul_impl(
+      a, b, out_dtype=jnp.float32, interpret=True, block_m=16, block_n=16,
+      block_k=64, num_warps=None, num_stages=None, path=path, **kw)
+
+
+def _plan_is_fast(a, b) -> bool:
+  fast, _, _ = mx_matmul_lib._fast_plan(
+      jnp.asarray(a.scales, jnp.int32), jnp.asarray(b.scales, jnp.int32),
+      a.data.shape[1], a.data.dtype, b.data.dtype)
+  return bool(fast)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_mx_matmul_tiny_and_huge_scales(fmt):
+  """Codes 0..4 (2^-127..) against 250..254: products near 1, exactly."""
+  rng = np.random.default_rng(3)
+  dtype = jaxfp8.mx.get_format(fmt).dtype
+  a = _mx(_fp8(rng, (19, 128), dtype), rng.integers(0, 5, (19, 4)), fmt)
+  b = _mx(_fp8(rng, (21, 128), dtype), rng.integers(250, 255, (21, 4)), fmt)
+  assert _plan_is_fast(a, b)
+  for path in ("fast", "exact"):
+    _mx_check(_run(a, b, path), a, b, jnp.float32)
+  # Tiny times tiny is below float32's range: exactly zero.
+  assert _plan_is_fast(a, a)
+  out = _run(a, a, "fast")
+  np.testing.assert_array_equal(np.asarray(out), np.zeros((19, 19)))
+
+
+def test_mx_matmul_zero_blocks_keep_fast_path():
+  """quantize gives all-zero blocks code 0 (2^-127); the fast path shifts."""
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((24, 256)) * 2.0**-20
+  x[:, 32:96] = 0.0
+  x[3] = 2.0**-120 * rng.standard_normal(256)  # tiny but visible
+  a = jaxfp8.mx.quantize(jnp.asarray(x, jnp.float32), "mxfp8_e4m3")
+  b = jaxfp8.mx.quantize(jnp.asarray(rng.standard_normal((17, 256)),
+                                     jnp.float32), "mxfp8_e4m3")
+  assert int(np.min(np.asarray(a.scales))) == 0
+  assert _plan_is_fast(a, b)
+  out = _run(a, b, "auto")
+  _mx_check(out, a, b, jnp.float32)
+  assert np.all(np.asarray(out)[3] != 0)
+
+
+def test_mx_matmul_exact_path_for_spread_scales():
+  """Scales 2^-127 and 2^103 in one operand: no shift fits, exact path."""
+  rng = np.random.default_rng(5)
+  codes = np.full((8, 4), 127)
+  codes[0], codes[1, :2] = 230, 0
+  a = _mx(_fp8(rng, (8, 128), jnp.float8_e5m2), codes, "mxfp8_e5m2")
+  b = _mx(_fp8(rng, (9, 128), jnp.float8_e5m2),
+          rng.integers(110, 141, (9, 4)), "mxfp8_e5m2")
+  assert not _plan_is_fast(a, b)
+  _mx_check(_run(a, b, "auto"), a, b, jnp.float32)
+
+
+def test_mx_matmul_nan_scale_and_mixed_formats():
+  rng = np.random.default_rng(6)
+  codes = rng.integers(120, 135, (10, 3))
+  codes[2, 1] = 255
+  a = _mx(_fp8(rng, (10, 96), jnp.float8_e4m3fn), codes, "mxfp8_e4m3")
+  b = _mx(_fp8(rng, (12, 96), jnp.float8_e5m2), rng.integers(120, 135, (12, 3)),
+          "mxfp8_e5m2")
+  out = np.asarray(_run(a, b, "auto"))
+  assert np.all(np.isnan(out[2])) and not np.any(np.isnan(np.delete(out, 2, 0)))
+  a_ok = _mx(a.data, np.where(codes == 255, 127, codes), "mxfp8_e4m3")
+  _mx_check(_run(a_ok, b, "auto"), a_ok, b, jnp.float32)
+
+
+def test_mx_matmul_jaxpr_reference_and_jit():
+  rng = np.random.default_rng(7)
+  a = jaxfp8.mx.quantize(jnp.asarray(rng.standard_normal((16, 64)),
+                                     jnp.float32), "mxfp8_e4m3")
+  jaxpr = jax.make_jaxpr(lambda a: ops.mx_matmul(a, a, interpret=True))(a)
+  assert "pallas_call" in str(jaxpr)
+  jitted = jax.jit(lambda a: ops.mx_matmul(a, a, out_dtype=jnp.float32,
+                                           interpret=True))(a)
+  reference = ops.mx_matmul(a, a, out_dtype=jnp.float32)  # CPU: jnp path
+  direct = ops.mx_matmul_reference(a, a, out_dtype=jnp.float32)
+  np.testing.assert_allclose(np.asarray(jitted), np.asarray(reference),
+                             rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(reference), np.asarray(direct))
+  _mx_check(reference, a, a, jnp.float32)
+
+
+def test_mx_matmul_errors():
+  x = jnp.ones((4, 64))
+  a = jaxfp8.mx.quantize(x, "mxfp8_e4m3")
+  with pytest.raises(TypeError, match="MXArray"):
+    ops.mx_matmul(a.data, a)
+  with pytest.raises(NotImplementedError, match="mxfp4_e2m1"):
+    ops.mx_matmul(jaxfp8.mx.quantize(x, "mxfp4"), a)
+  with pytest.raises(ValueError, match="blocked along K"):
+    ops.mx_matmul(jaxfp8.mx.quantize(jnp.ones((64, 4)), "mxfp8", axis=0), a)
+  with pytest.raises(ValueError, match="same K"):
+    ops.mx_matmul(jaxfp8.mx.quantize(jnp.ones((4, 32)), "mxfp8"), a)
+  small = jaxfp8.mx.quantize(x, "mxfp8_e4m3", block_size=16)
+  with pytest.raises(ValueError, match="block size"):
+    ops.mx_matmul(small, a)
+  with pytest.raises(NotImplementedError, match="power of two >= 32"):
+    ops.mx_matmul(small, small, interpret=True)
+  with pytest.raises(ValueError, match="at least 32"):
+    ops.mx_matmul(a, a, block_k=16, interpret=True)
