@@ -132,7 +132,8 @@ def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
                     static: _Static):
   q_l, s_l, next_l = _quantize_operand(lhs, lhs_scaling)
   q_r, s_r, next_r = _quantize_operand(rhs, rhs_scaling)
-  out = _matmul(q_l, q_r, static.dimension_numbers) * (s_l * s_r)
+  # One scale at a time: s_l * s_r alone may overflow where the result won't.
+  out = _matmul(q_l, q_r, static.dimension_numbers) * s_l * s_r
   res = (q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling)
   return out.astype(static.out_dtype), res
 
@@ -141,8 +142,8 @@ def _scaled_dot_bwd(static: _Static, res, g):
   q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling = res
   q_g, s_g, next_g = _quantize_operand(g, grad_scaling)
   dims = static.dimension_numbers
-  d_lhs = _transpose_lhs(q_g, len(_shape(q_l)), q_r, dims) * (s_g * s_r)
-  d_rhs = _transpose_rhs(q_g, q_l, len(_shape(q_r)), dims) * (s_g * s_l)
+  d_lhs = _transpose_lhs(q_g, len(_shape(q_l)), q_r, dims) * s_g * s_r
+  d_rhs = _transpose_rhs(q_g, q_l, len(_shape(q_r)), dims) * s_g * s_l
   return (d_lhs.astype(static.lhs_dtype), d_rhs.astype(static.rhs_dtype),
           next_l, next_r, next_g)
 

@@ -1,0 +1,241 @@
+"""The fp8 dot_general: forward, custom backward, delayed state, Flax and optax."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+import optax
+import pytest
+
+import jaxfp8
+from jaxfp8 import policy as P
+
+# (lhs shape, rhs shape, dimension numbers)
+DIMS = [
+    ((6, 5), (5, 3), (((1,), (0,)), ((), ()))),  # x @ w
+    ((4, 6, 5), (5, 3), (((2,), (0,)), ((), ()))),  # Dense on a sequence
+    ((3, 5), (4, 5), (((1,), (1,)), ((), ()))),  # x @ w.T
+    ((2, 4, 5), (2, 3, 5), (((2,), (2,)), ((0,), (0,)))),  # batched
+    ((5, 2, 4, 3), (3, 7, 4, 2), (((2, 3), (2, 0)), ((1,), (3,)))),  # mixed
+]
+DIM_IDS = ["matmul", "sequence", "transposed", "batched", "mixed"]
+# (lhs, rhs, grad) formats: fp8 defaults and others a user may pick.
+FORMATS = [("e4m3", "e4m3", "e5m2"), ("e5m2", "e4m3", "e5m2"),
+           ("e3m4", "e4m3fnuz", "e5m2fnuz"), ("e2m1", "e2m3", "e3m2")]
+FMT_IDS = ["-".join(f) for f in FORMATS]
+
+
+def _operands(lhs_shape, rhs_shape, seed=0):
+  k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+  return (jax.random.normal(k1, lhs_shape), jax.random.normal(k2, rhs_shape),
+          k3)
+
+
+def _dq(x, scaling):
+  q, scale = scaling.quantize(x)
+  return jaxfp8.decode(q) * scale
+
+
+def _scalings(fmts):
+  return dict(lhs_scaling=P.CurrentScaling(fmts[0]),
+              rhs_scaling=P.CurrentScaling(fmts[1]),
+              grad_scaling=P.CurrentScaling(fmts[2]))
+
+
+# Every layout with the default formats, every format choice on one layout.
+CASES = ([(d, FORMATS[0]) for d in DIMS]
+         + [(DIMS[-1], f) for f in FORMATS[1:]])
+CASE_IDS = DIM_IDS + [f"mixed-{i}" for i in FMT_IDS[1:]]
+
+
+@pytest.mark.parametrize("shapes,fmts", CASES, ids=CASE_IDS)
+def test_forward_and_backward_match_quantized_reference(shapes, fmts):
+  lhs_shape, rhs_shape, dims = shapes
+  x, w, k = _operands(lhs_shape, rhs_shape)
+  kw = _scalings(fmts)
+  exact = lambda a, b: lax.dot_general(a, b, dims,
+                                       precision=lax.Precision.HIGHEST)
+
+  @jax.jit
+  def both(x, w, g):
+    y, vjp = jax.vjp(lambda a, b: P.fp8_dot_general(a, b, dims, **kw), x, w)
+    # reference: dequantized operands, exact float32 dot; backward: the
+    # quantized cotangent against the quantized operands
+    xq, wq = _dq(x, kw["lhs_scaling"]), _dq(w, kw["rhs_scaling"])
+    ref, ref_vjp = jax.vjp(exact, xq, wq)
+    return (y, *vjp(g)), (ref, *ref_vjp(_dq(g, kw["grad_scaling"])))
+
+  g = jax.random.normal(k, jax.eval_shape(exact, x, w).shape)
+  ours, ref = both(x, w, g)
+  for a, b in zip(ours, ref):
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", DIMS[1:4:2] + DIMS[-1:],
+                         ids=DIM_IDS[1:4:2] + DIM_IDS[-1:])
+def test_gradients_match_float32_finite_differences(shapes):
+  lhs_shape, rhs_shape, dims = shapes
+  x, w, k = _operands(lhs_shape, rhs_shape, seed=1)
+  t = jax.random.normal(k, jax.eval_shape(
+      lambda: lax.dot_general(x, w, dims)).shape)
+
+  def loss(dot, x, w):
+    return jnp.sum(jnp.tanh(dot(x, w, dims)) * t)
+
+  fp8_loss = lambda x, w: loss(P.fp8_dot_general, x, w)
+  f32_loss = jax.jit(lambda x, w: loss(
+      lambda a, b, d: lax.dot_general(a, b, d,
+                                      precision=lax.Precision.HIGHEST), x, w))
+  gx, gw = jax.jit(jax.grad(fp8_loss, argnums=(0, 1)))(x, w)
+  eps = 1e-2
+  for i in range(4):
+    vx, vw, _ = _operands(lhs_shape, rhs_shape, seed=10 + i)
+    fd = (f32_loss(x + eps * vx, w + eps * vw)
+          - f32_loss(x - eps * vx, w - eps * vw)) / (2 * eps)
+    analytic = jnp.sum(gx * vx) + jnp.sum(gw * vw)
+    # e4m3 operands (3 mantissa bits) and e5m2 gradients (2 bits): a few %
+    scale = jnp.sqrt(jnp.sum(gx**2) * jnp.sum(vx**2)
+                     + jnp.sum(gw**2) * jnp.sum(vw**2))
+    assert abs(float(analytic - fd)) <= 0.08 * float(scale), (i, analytic, fd)
+
+
+def test_dtypes_and_preferred_element_type():
+  x, w, _ = _operands((4, 8), (8, 3))
+  dims = (((1,), (0,)), ((), ()))
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  y = P.fp8_dot_general(xb, wb, dims)
+  assert y.dtype == jnp.bfloat16
+  y32 = P.fp8_dot_general(xb, wb, dims, preferred_element_type=jnp.float32)
+  assert y32.dtype == jnp.float32
+  dx, dw = jax.grad(lambda a, b: P.fp8_dot_general(a, b, dims).astype(
+      jnp.float32).sum(), argnums=(0, 1))(xb, wb)
+  assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
+  with pytest.raises(TypeError, match="lhs.*floating"):
+    P.fp8_dot_general(jnp.ones((2, 2), jnp.int32), w[:2], dims)
+  with pytest.raises(TypeError, match="grad_scaling"):
+    P.fp8_dot_general(x, w, dims, grad_scaling=3)
+  with pytest.raises(TypeError, match="narrow format"):
+    P.fp8_dot_general(x, w, dims, lhs_scaling="bf16")
+
+
+def test_never_nan_with_huge_inputs():
+  # products that float32 can hold, of operands whose scales multiply to Inf
+  x = jnp.array([[3e38, -1e30], [1.0, 2.0]])
+  w = jnp.array([[1e-30, 0.0], [5.0, 3e-38]])
+  dims = (((1,), (0,)), ((), ()))
+  y, vjp = jax.vjp(lambda a, b: P.fp8_dot_general(a, b, dims), x, w)
+  assert jnp.isfinite(y).all()
+  for d in vjp(jnp.ones_like(y)):
+    assert not jnp.isnan(d).any()
+
+
+def test_delayed_scaling_state_is_updated_by_gradient_under_jit():
+  x, w, k = _operands((8, 16), (16, 4))
+  dims = (((1,), (0,)), ((), ()))
+  states = tuple(P.DelayedScaling.create(f, history_length=4)
+                 for f in ("e4m3", "e4m3", "e5m2"))
+  t = jax.random.normal(k, (8, 4))
+
+  @jax.jit
+  def step(w, states):
+    def loss(w, states):
+      y = P.fp8_dot_general(x, w, dims, lhs_scaling=states[0],
+                            rhs_scaling=states[1], grad_scaling=states[2])
+      return jnp.sum((y - t) ** 2)
+    return jax.grad(loss, argnums=(0, 1))(w, states)
+
+  gw, new = step(w, states)
+  y = P.fp8_dot_general(x, w, dims, lhs_scaling=states[0],
+                        rhs_scaling=states[1])
+  amaxes = [float(P.amax(x)), float(P.amax(w)), float(P.amax(2 * (y - t)))]
+  for s, a, fmt_max in zip(new, amaxes, (448.0, 448.0, 57344.0)):
+    assert isinstance(s, P.DelayedScaling)
+    np.testing.assert_allclose(s.amax_history, [a, 0, 0, 0], rtol=1e-5)
+    assert float(s.scale) == pytest.approx(a / fmt_max, rel=1e-5)
+  assert jnp.isfinite(gw).all() and float(jnp.abs(gw).sum()) > 0
+  # second step: histories shift; the forward now uses the new scales
+  _, newer = step(w, new)
+  np.testing.assert_allclose(newer[0].amax_history[:2], [amaxes[0]] * 2)
+
+
+def _regression_data():
+  k1, k2, k3 = jax.random.split(jax.random.key(3), 3)
+  x = jax.random.normal(k1, (64, 8))
+  t = x @ jax.random.normal(k2, (8, 4)) + 0.1
+  return x, t, k3
+
+
+def test_linen_dense_with_train_state():
+  nn = pytest.importorskip("flax.linen")
+  from flax.training import train_state  # pylint: disable=g-import-not-at-top
+  x, t, k = _regression_data()
+  model = nn.Dense(4, dot_general_cls=P.Fp8DotGeneral)
+  variables = model.init(k, x)
+  state_vars = variables[P.OVERWRITE_WITH_GRADIENT]["Fp8DotGeneral_0"]
+  assert set(state_vars) == {f"{r}_{n}" for r in ("input", "kernel",
+                                                  "output_grad")
+                             for n in ("amax_history", "scale")}
+  ts = train_state.TrainState.create(apply_fn=model.apply, params=variables,
+                                     tx=optax.adam(3e-2))
+  loss = lambda p: jnp.mean((ts.apply_fn(p, x) - t) ** 2)
+
+  @jax.jit
+  def step(ts):
+    return ts.apply_gradients(grads=jax.grad(
+        lambda p: jnp.mean((ts.apply_fn(p, x) - t) ** 2))(ts.params))
+
+  first = float(loss(ts.params))
+  for _ in range(60):
+    ts = step(ts)
+  owg = ts.params[P.OVERWRITE_WITH_GRADIENT]["Fp8DotGeneral_0"]
+  assert float(owg["input_amax_history"][0]) == pytest.approx(
+      float(P.amax(x)), rel=1e-6)
+  assert float(owg["output_grad_amax_history"][15]) > 0  # history full
+  assert float(loss(ts.params)) < 0.1 * first
+
+
+def test_linen_dense_current_scaling_function_injection():
+  nn = pytest.importorskip("flax.linen")
+  x, t, k = _regression_data()
+  model = nn.Dense(4, dot_general=P.fp8_dot_general)
+  params = model.init(k, x)
+  assert set(params) == {"params"}
+  ref = nn.Dense(4).apply(params, x)
+  y = jax.jit(model.apply)(params, x)
+  assert float(jnp.abs(y - ref).max()) < 0.1 * float(jnp.abs(ref).max())
+  current = nn.Dense(4, dot_general_cls=lambda: P.Fp8DotGeneral(
+      scaling="current", fwd_format="e5m2", bwd_format="e5m2"))
+  assert set(current.init(k, x)) == {"params"}
+  with pytest.raises(ValueError, match="scaling"):
+    nn.Dense(4, dot_general_cls=lambda: P.Fp8DotGeneral(
+        scaling="later")).init(k, x)
+
+
+def test_nnx_linear_delayed_scaling_with_optimizer():
+  nnx = pytest.importorskip("flax.nnx")
+  x, t, _ = _regression_data()
+  model = nnx.Linear(8, 4, dot_general=P.NnxFp8DotGeneral(history_length=4),
+                     rngs=nnx.Rngs(0))
+  opt = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+  loss = lambda m: jnp.mean((m(x) - t) ** 2)
+
+  @nnx.jit
+  def step(model, opt):
+    grads = nnx.grad(loss, argnums=nnx.DiffState(
+        0, (nnx.Param, P.Fp8State)))(model)
+    opt.update(model, P.nnx_apply_fp8_state(model, grads))
+
+  first = float(loss(model))
+  for _ in range(60):
+    step(model, opt)
+  dg = model.dot_general
+  np.testing.assert_allclose(dg.input_amax_history[...],
+                             [float(P.amax(x))] * 4, rtol=1e-6)
+  assert float(dg.kernel_scale[...]) == pytest.approx(
+      float(P.amax(model.kernel[...])) / 448, rel=0.2)
+  assert float(loss(model)) < 0.1 * first
+  current = nnx.Linear(8, 4, dot_general=P.NnxFp8DotGeneral(
+      scaling="current"), rngs=nnx.Rngs(0))
+  assert current(x).shape == (64, 4)
