@@ -1,5 +1,12 @@
 """Random numbers in FP8, FP6 and FP4, under jax.random's signatures.
 
+Each sampler takes jax.random's arguments; a narrow ``dtype`` gives samples of
+the real-valued law rounded to nearest into that format, by one of three
+methods (keyword-only ``method``): ``"exact"`` (the rounded law to within
+2^-32 per value, from integer arithmetic on few random bits), ``"table"`` (one
+lookup, resolution 2^-16) or ``"cast"`` (float32 draw, then round). See
+``docs/random.md``.
+
 >>> import jax, jax.numpy as jnp, jaxfp8
 >>> x = jaxfp8.random.normal(jax.random.key(0), (1024,), jnp.float8_e4m3fn)
 >>> x.dtype
@@ -9,11 +16,41 @@ from jaxfp8._src.random.config import default_method as default_method
 from jaxfp8._src.random.config import get_default_method as get_default_method
 from jaxfp8._src.random.config import METHODS as METHODS
 from jaxfp8._src.random.config import set_default_method as set_default_method
+from jaxfp8._src.random.samplers import ball as ball
+from jaxfp8._src.random.samplers import bernoulli as bernoulli
+from jaxfp8._src.random.samplers import beta as beta
+from jaxfp8._src.random.samplers import categorical as categorical
+from jaxfp8._src.random.samplers import cauchy as cauchy
+from jaxfp8._src.random.samplers import chisquare as chisquare
+from jaxfp8._src.random.samplers import dirichlet as dirichlet
+from jaxfp8._src.random.samplers import double_sided_maxwell as double_sided_maxwell
+from jaxfp8._src.random.samplers import exponential as exponential
+from jaxfp8._src.random.samplers import gamma as gamma
+from jaxfp8._src.random.samplers import generalized_normal as generalized_normal
+from jaxfp8._src.random.samplers import gumbel as gumbel
+from jaxfp8._src.random.samplers import laplace as laplace
+from jaxfp8._src.random.samplers import loggamma as loggamma
+from jaxfp8._src.random.samplers import logistic as logistic
+from jaxfp8._src.random.samplers import lognormal as lognormal
+from jaxfp8._src.random.samplers import maxwell as maxwell
+from jaxfp8._src.random.samplers import multivariate_normal as multivariate_normal
 from jaxfp8._src.random.samplers import normal as normal
+from jaxfp8._src.random.samplers import orthogonal as orthogonal
+from jaxfp8._src.random.samplers import pareto as pareto
+from jaxfp8._src.random.samplers import rademacher as rademacher
+from jaxfp8._src.random.samplers import rayleigh as rayleigh
+from jaxfp8._src.random.samplers import t as t
+from jaxfp8._src.random.samplers import triangular as triangular
 from jaxfp8._src.random.samplers import truncated_normal as truncated_normal
 from jaxfp8._src.random.samplers import uniform as uniform
+from jaxfp8._src.random.samplers import weibull_min as weibull_min
 
 __all__ = [
-    "METHODS", "default_method", "get_default_method", "normal",
-    "set_default_method", "truncated_normal", "uniform",
+    "METHODS", "ball", "bernoulli", "beta", "categorical", "cauchy",
+    "chisquare", "default_method", "dirichlet", "double_sided_maxwell",
+    "exponential", "gamma", "generalized_normal", "get_default_method",
+    "gumbel", "laplace", "loggamma", "logistic", "lognormal", "maxwell",
+    "multivariate_normal", "normal", "orthogonal", "pareto", "rademacher",
+    "rayleigh", "set_default_method", "t", "triangular", "truncated_normal",
+    "uniform", "weibull_min",
 ]

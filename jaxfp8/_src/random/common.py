@@ -107,24 +107,41 @@ def check_less(lo: float | None, hi: float | None, lo_arg: str, hi_arg: str,
                      f"`{hi_arg}`, got {lo_arg}={lo} and {hi_arg}={hi}")
 
 
+def _concrete_array(x: Any) -> np.ndarray | None:
+  """A concrete parameter as float64 NumPy (narrow decoded), else None."""
+  if isinstance(x, CodeArray):
+    x = x.codes if isinstance(x.codes, jax.core.Tracer) else np.asarray(x)
+  if isinstance(x, jax.core.Tracer):
+    return None
+  try:
+    return np.asarray(x).astype(np.float64)
+  except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def check_positive_array(x: Any, arg: str, fn: str,
+                         allow_zero: bool = False) -> None:
+  """ValueError if any element of a concrete parameter is not positive."""
+  a = _concrete_array(x)
+  if a is None:
+    return
+  ok = a >= 0 if allow_zero else a > 0
+  if not np.all(ok):
+    want = "non-negative" if allow_zero else "positive"
+    raise ValueError(f"`{arg}` argument to `{fn}` must be {want}, got "
+                     f"{a if a.ndim == 0 else a[~ok][:4]}")
+
+
 def check_array_less(lo: Any, hi: Any, lo_arg: str, hi_arg: str,
-                     fn: str) -> None:
+                     fn: str, or_equal: bool = False) -> None:
   """Like :func:`check_less` for concrete arrays (every element)."""
-  def concrete(x):
-    if isinstance(x, CodeArray):
-      x = x.codes if isinstance(x.codes, jax.core.Tracer) else np.asarray(x)
-    if isinstance(x, jax.core.Tracer):
-      return None
-    try:
-      return np.asarray(x).astype(np.float64)
-    except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
-      return None
-  a, b = concrete(lo), concrete(hi)
+  a, b = _concrete_array(lo), _concrete_array(hi)
   if a is None or b is None:
     return
-  bad = ~(a < b)
-  if np.any(bad):
-    raise ValueError(f"`{lo_arg}` argument to `{fn}` must be less than "
+  ok = a <= b if or_equal else a < b
+  if not np.all(ok):
+    rel = "at most" if or_equal else "less than"
+    raise ValueError(f"`{lo_arg}` argument to `{fn}` must be {rel} "
                      f"`{hi_arg}` (every element), got {lo_arg}={lo} and "
                      f"{hi_arg}={hi}")
 

@@ -5,7 +5,16 @@ jax.random namesake, plus keyword-only options of ours:
 
 - ``method``: ``"exact"``, ``"table"`` or ``"cast"`` (None: the default, see
   :func:`set_default_method`);
-- ``rounding``: ``"nearest"`` (default) or ``"stochastic"`` (``cast`` only).
+- ``rounding``: ``"nearest"`` (default) or ``"stochastic"`` (``cast`` only);
+- ``table_bits``: the resolution ``2^-table_bits`` of the ``table`` method
+  (default 16).
+
+``exact`` and ``table`` serve the distributions with a closed-form CDF
+(:data:`jaxfp8._src.laws.DISTRIBUTIONS`) when every numeric parameter is a
+concrete scalar. Traced or per-element parameters, and samplers without a CDF
+(gamma, beta, ...), use ``cast`` when the method is the default, and raise
+``NotImplementedError`` when ``exact``/``table`` was asked for explicitly
+(bernoulli and rademacher are exact for any parameters).
 
 A wide ``dtype`` (None, float32, bfloat16, float16) goes straight to
 jax.random, unchanged. A narrow one gives a native array of the format, or a
@@ -19,13 +28,15 @@ import jax
 
 from jaxfp8._src import formats
 from jaxfp8._src import validate
+from jaxfp8._src import laws
 from jaxfp8._src.random import cast as cast_method
 from jaxfp8._src.random import common
 from jaxfp8._src.random import config
+from jaxfp8._src.random import exact as exact_method
+from jaxfp8._src.random import table as table_method
 
 _ROUNDINGS = ("nearest", "stochastic")
-# Methods other than cast, by distribution (filled by the method modules).
-_LAW_METHODS: dict[str, dict[str, Any]] = {}
+_LAW_MODULES = {"exact": exact_method, "table": table_method}
 
 
 def _resolve_method(method, rounding, dist, scalars, fmt, fn) -> str:
@@ -41,25 +52,31 @@ def _resolve_method(method, rounding, dist, scalars, fmt, fn) -> str:
       raise ValueError(f"`rounding={rounding!r}` argument to `{fn}` needs "
                        f"method='cast', got method={method!r}")
     return "cast"
-  supported = dist in _LAW_METHODS.get(chosen, {})
-  if not supported or fmt.name == "float8_e8m0fnu":
-    if method is not None:
-      raise NotImplementedError(
-          f"method={method!r} of `{fn}` is not available for {fmt.name}: "
-          f"it needs a closed-form CDF and a signed format; use "
-          f"method='cast'")
-    return "cast"
-  if any(v is None for v in scalars.values()):
-    return "cast"  # traced or per-element parameters: documented fallback
-  return chosen
+  why = None
+  if dist not in laws.DISTRIBUTIONS:
+    why = f"`{fn}` has no closed-form CDF"
+  elif not fmt.signed:
+    why = f"{fmt.name} is unsigned"
+  elif any(v is None for v in scalars.values()):
+    why = ("its parameters " + ", ".join(k for k, v in scalars.items()
+                                         if v is None)
+           + " are traced or per-element arrays")
+  if why is None:
+    return chosen
+  if method is not None:
+    raise NotImplementedError(f"method={method!r} of `{fn}` is not available: "
+                              f"{why}; use method='cast'")
+  return "cast"
 
 
 def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
           static: dict[str, Any] | None = None, method=None,
-          rounding="nearest", out_sharding=None):
+          rounding="nearest", table_bits=None, out_sharding=None):
   """Runs the chosen method; ``params`` are the user's numeric parameters."""
   static = dict(static or {})
   scalars = {k: common.concrete_scalar(v) for k, v in params.items()}
+  if table_bits is not None:
+    table_bits = table_method.check_bits(table_bits, fn)
   chosen = _resolve_method(method, rounding, fn, scalars, fmt, fn)
   if chosen == "cast":
     arrays = {k: common.as_float32(v, k, fn) for k, v in params.items()}
@@ -67,21 +84,35 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
       static["shape"] = shape
     out = common.wrap(cast_method.sample(key, fn, fmt, arrays, static,
                                          rounding), fmt)
+  elif chosen == "table":
+    out = table_method.sample(key, fn, shape, fmt, scalars,
+                              table_bits or table_method.DEFAULT_BITS)
   else:
-    shape = () if shape is None else shape
-    out = _LAW_METHODS[chosen][fn](key, shape, fmt, **scalars, **static)
+    out = exact_method.sample(key, fn, shape, fmt, scalars)
   return common.shard(out, out_sharding)
 
 
-def _start(fn, key, shape, dtype, *, shape_none_ok=False):
+def _start(fn, key, shape, dtype, params=None):
+  """Checks key, dtype and shape; returns (key, shape, narrow format)."""
   key = common.check_key(key, fn)
-  if shape is not None or not shape_none_ok:
+  fmt = common.out_format(dtype, fn)
+  if params is None:
     shape = validate.check_shape(shape, fn)
-  return key, shape, common.out_format(dtype, fn)
+  elif shape is not None:
+    shape = validate.check_shape(shape, fn)
+  return key, shape, fmt
 
+
+def _positive(params: dict[str, Any], fn: str, allow_zero=False) -> None:
+  for arg, v in params.items():
+    common.check_positive_array(v, arg, fn, allow_zero)
+
+
+# -- distributions with a CDF: exact, table and cast ---------------------------
 
 def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *,
-            out_sharding=None, method=None, rounding="nearest"):
+            out_sharding=None, method=None, rounding="nearest",
+            table_bits=None):
   """Uniform samples on [minval, maxval), rounded into ``dtype``.
 
   Args:
@@ -89,10 +120,11 @@ def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *,
     shape: the output shape.
     dtype: a narrow format (``jnp.float8_e4m3fn``, ``"e2m1"``...) or a wide
       float (then this is ``jax.random.uniform``).
-    minval, maxval: the bounds; ``minval < maxval``. Arrays of any format.
+    minval, maxval: the bounds, ``minval < maxval``; arrays of any format.
     out_sharding: as in ``jax.random.uniform``.
     method: ``"exact"``, ``"table"`` or ``"cast"``; None for the default.
     rounding: ``"nearest"`` or ``"stochastic"`` (``cast`` only).
+    table_bits: resolution of the ``table`` method (``2^-table_bits``).
 
   Returns:
     An array of ``dtype`` (a :class:`jaxfp8.CodeArray` for float6): each
@@ -111,32 +143,72 @@ def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *,
   if fmt is None:
     return jax.random.uniform(key, shape, dtype, minval, maxval,
                               out_sharding=out_sharding)
-  common.check_array_less(minval, maxval, "minval", "maxval",
-                          "uniform")
+  common.check_array_less(minval, maxval, "minval", "maxval", "uniform")
   return _draw("uniform", key, shape, fmt,
                params={"minval": minval, "maxval": maxval}, method=method,
-               rounding=rounding, out_sharding=out_sharding)
+               rounding=rounding, table_bits=table_bits,
+               out_sharding=out_sharding)
 
 
-def normal(key, shape=(), dtype=None, *, out_sharding=None, method=None,
-           rounding="nearest"):
-  """Standard normal samples rounded into ``dtype``.
+def _standard(fn: str, doc: str):
+  """A parameterless sampler ``fn(key, shape=(), dtype=None, ...)``."""
+  jax_fn = getattr(jax.random, fn)
 
-  Args and returns as :func:`uniform` (no bounds).
+  def sampler(key, shape=(), dtype=None, *, out_sharding=None, method=None,
+              rounding="nearest", table_bits=None):
+    key, shape, fmt = _start(fn, key, shape, dtype)
+    if fmt is None:
+      return jax_fn(key, shape, dtype, out_sharding=out_sharding)
+    return _draw(fn, key, shape, fmt, params={}, method=method,
+                 rounding=rounding, table_bits=table_bits,
+                 out_sharding=out_sharding)
 
-  >>> import jax, jax.numpy as jnp, jaxfp8
-  >>> jaxfp8.random.normal(jax.random.key(0), (3,), "e5m2")  # doctest: +SKIP
+  sampler.__name__ = sampler.__qualname__ = fn
+  sampler.__doc__ = f"""{doc}, rounded into ``dtype``.
+
+  Same arguments as ``jax.random.{fn}``, plus ``method``, ``rounding`` and
+  ``table_bits`` (see :func:`uniform`).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.{fn}(jax.random.key(0), (3,), "e5m2")  # doctest: +SKIP
   Array([-0.375, 1.5, 0.0625], dtype=float8_e5m2)
   """
-  key, shape, fmt = _start("normal", key, shape, dtype)
+  return sampler
+
+
+normal = _standard("normal", "Standard normal samples")
+laplace = _standard("laplace", "Standard Laplace samples")
+logistic = _standard("logistic", "Standard logistic samples")
+exponential = _standard("exponential", "Standard exponential samples")
+cauchy = _standard("cauchy", "Standard Cauchy samples")
+maxwell = _standard("maxwell", "Maxwell (chi, 3 degrees of freedom) samples")
+
+
+def gumbel(key, shape=(), dtype=None, mode=None, *, out_sharding=None,
+           method=None, rounding="nearest", table_bits=None):
+  """Standard Gumbel samples, rounded into ``dtype``.
+
+  ``mode`` ("low", "high", "highest") is jax.random's float32 precision mode,
+  used by ``method="cast"``; ``exact`` and ``table`` sample the exact law.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.gumbel(jax.random.key(0), (3,), "e4m3")  # doctest: +SKIP
+  Array([0.5, -0.3125, 1.75], dtype=float8_e4m3fn)
+  """
+  key, shape, fmt = _start("gumbel", key, shape, dtype)
   if fmt is None:
-    return jax.random.normal(key, shape, dtype, out_sharding=out_sharding)
-  return _draw("normal", key, shape, fmt, params={}, method=method,
-               rounding=rounding, out_sharding=out_sharding)
+    return jax.random.gumbel(key, shape, dtype, mode,
+                             out_sharding=out_sharding)
+  if mode is not None:
+    validate.check_choice(mode, ("highest", "high", "low"), "mode", "gumbel")
+  return _draw("gumbel", key, shape, fmt, params={}, static={"mode": mode},
+               method=method, rounding=rounding, table_bits=table_bits,
+               out_sharding=out_sharding)
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=None, *,
-                     out_sharding=None, method=None, rounding="nearest"):
+                     out_sharding=None, method=None, rounding="nearest",
+                     table_bits=None):
   """Standard normal samples truncated to (lower, upper), rounded.
 
   The rounded value can lie outside (lower, upper) when a bound is not
@@ -153,13 +225,438 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *,
   True
   """
   fn = "truncated_normal"
-  key, shape, fmt = _start(fn, key, shape, dtype, shape_none_ok=True)
+  params = {"lower": lower, "upper": upper}
+  key, shape, fmt = _start(fn, key, shape, dtype, params)
   if fmt is None:
     return jax.random.truncated_normal(key, lower, upper, shape, dtype,
                                        out_sharding=out_sharding)
   common.check_array_less(lower, upper, "lower", "upper", fn)
-  params = {"lower": lower, "upper": upper}
   return _draw(fn, key, common.broadcast_shape(shape, params, fn), fmt,
                params=params, method=method, rounding=rounding,
+               table_bits=table_bits, out_sharding=out_sharding)
+
+
+def _with_params(fn: str, key, shape, dtype, params: dict[str, Any], *,
+                 positive=(), out_sharding=None, method=None,
+                 rounding="nearest", table_bits=None, jax_call=None):
+  """Shared body of samplers with numeric parameters (shape None broadcasts).
+
+  ``positive`` names the parameters that must be > 0; ``jax_call`` runs
+  jax.random itself for a wide dtype.
+  """
+  key, shape, fmt = _start(fn, key, shape, dtype, params)
+  if fmt is None:
+    return jax_call(key, shape)
+  _positive({k: params[k] for k in positive}, fn)
+  return _draw(fn, key, common.broadcast_shape(shape, params, fn), fmt,
+               params=params, method=method, rounding=rounding,
+               table_bits=table_bits, out_sharding=out_sharding)
+
+
+def lognormal(key, sigma=1.0, shape=None, dtype=None, *, out_sharding=None,
+              method=None, rounding="nearest", table_bits=None):
+  """Log-normal samples ``exp(sigma * N)``, rounded into ``dtype``.
+
+  ``sigma`` must be positive; other arguments as :func:`uniform`.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.lognormal(jax.random.key(0), 0.5, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.8125, 2, 1.0625], dtype=float8_e4m3fn)
+  """
+  return _with_params(
+      "lognormal", key, shape, dtype, {"sigma": sigma}, positive=("sigma",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.lognormal(k, sigma, s, dtype,
+                                                 out_sharding=out_sharding))
+
+
+def rayleigh(key, scale, shape=None, dtype=None, *, out_sharding=None,
+             method=None, rounding="nearest", table_bits=None):
+  """Rayleigh samples of scale ``scale`` (> 0), rounded into ``dtype``.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.rayleigh(jax.random.key(0), 1.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.8125, 2, 1.0625], dtype=float8_e4m3fn)
+  """
+  return _with_params(
+      "rayleigh", key, shape, dtype, {"scale": scale}, positive=("scale",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.rayleigh(k, scale, s, dtype,
+                                                out_sharding=out_sharding))
+
+
+def pareto(key, b, shape=None, dtype=None, *, out_sharding=None, method=None,
+           rounding="nearest", table_bits=None):
+  """Pareto samples (support [1, inf)) of shape ``b`` (> 0), rounded.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.pareto(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([1.125, 1, 1.5], dtype=float8_e4m3fn)
+  """
+  return _with_params(
+      "pareto", key, shape, dtype, {"b": b}, positive=("b",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.pareto(k, b, s, dtype,
+                                              out_sharding=out_sharding))
+
+
+def double_sided_maxwell(key, loc, scale, shape=(), dtype=None, *,
+                         method=None, rounding="nearest", table_bits=None):
+  """Double-sided Maxwell samples ``loc +- scale * maxwell``, rounded.
+
+  ``scale`` must be positive. Like jax.random's, ``shape`` must be given
+  (it does not broadcast the parameters).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.double_sided_maxwell(jax.random.key(0), 0., 1., (3,),
+  ...                                    "e4m3")  # doctest: +SKIP
+  Array([-1.5, 2, 0.875], dtype=float8_e4m3fn)
+  """
+  shape = validate.check_shape(shape, "double_sided_maxwell")
+  return _with_params(
+      "double_sided_maxwell", key, shape, dtype, {"loc": loc, "scale": scale},
+      positive=("scale",), method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.double_sided_maxwell(k, loc, scale, s,
+                                                            dtype))
+
+
+def weibull_min(key, scale, concentration, shape=(), dtype=None, *,
+                method=None, rounding="nearest", table_bits=None):
+  """Weibull samples of ``scale`` and ``concentration`` (both > 0), rounded.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.weibull_min(jax.random.key(0), 1., 2., (3,), "e4m3")  # doctest: +SKIP
+  Array([0.625, 1.25, 0.4375], dtype=float8_e4m3fn)
+  """
+  shape = validate.check_shape(shape, "weibull_min")
+  return _with_params(
+      "weibull_min", key, shape, dtype,
+      {"scale": scale, "concentration": concentration},
+      positive=("scale", "concentration"), method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.weibull_min(k, scale, concentration, s,
+                                                   dtype))
+
+
+def triangular(key, left, mode, right, shape=None, dtype=None, *,
+               out_sharding=None, method=None, rounding="nearest",
+               table_bits=None):
+  """Triangular samples on [left, right] peaking at ``mode``, rounded.
+
+  Needs ``left <= mode <= right`` and ``left < right``.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.triangular(jax.random.key(0), -1., 0., 2., (3,), "e4m3")  # doctest: +SKIP
+  Array([0.25, -0.4375, 1.125], dtype=float8_e4m3fn)
+  """
+  fn = "triangular"
+  common.check_array_less(left, right, "left", "right", fn)
+  common.check_array_less(left, mode, "left", "mode", fn, or_equal=True)
+  common.check_array_less(mode, right, "mode", "right", fn, or_equal=True)
+  return _with_params(
+      fn, key, shape, dtype, {"left": left, "mode": mode, "right": right},
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits,
+      jax_call=lambda k, s: jax.random.triangular(k, left, mode, right, s,
+                                                  dtype,
+                                                  out_sharding=out_sharding))
+
+
+# -- distributions without a closed-form CDF: cast ------------------------------
+
+def _cast_only(fn: str, key, shape, dtype, params: dict[str, Any], *,
+               static=None, positive=(), out_sharding=None, method=None,
+               rounding="nearest", jax_call=None):
+  """Shared body of the samplers that only ``cast`` serves."""
+  key, shape, fmt = _start(fn, key, shape, dtype, params)
+  if fmt is None:
+    return jax_call(key, shape)
+  _positive({k: params[k] for k in positive}, fn)
+  return _draw(fn, key, shape, fmt, params=params, static=static,
+               method=method, rounding=rounding, out_sharding=out_sharding)
+
+
+def generalized_normal(key, p, shape=(), dtype=None, *, out_sharding=None,
+                       method=None, rounding="nearest"):
+  """Generalized normal samples (density ~ exp(-|x|^p)), rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.generalized_normal(jax.random.key(0), 1.5, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.3125, -1, 0.5], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "generalized_normal", key, validate.check_shape(shape,
+                                                      "generalized_normal"),
+      dtype, {"p": p}, positive=("p",), out_sharding=out_sharding,
+      method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.generalized_normal(
+          k, p, s, dtype, out_sharding=out_sharding))
+
+
+def gamma(key, a, shape=None, dtype=None, *, out_sharding=None, method=None,
+          rounding="nearest"):
+  """Gamma samples of shape ``a`` (> 0), rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.gamma(jax.random.key(0), 2.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([1.25, 0.875, 3.5], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "gamma", key, shape, dtype, {"a": a}, positive=("a",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.gamma(k, a, s, dtype,
+                                             out_sharding=out_sharding))
+
+
+def loggamma(key, a, shape=None, dtype=None, *, out_sharding=None,
+             method=None, rounding="nearest"):
+  """Log-gamma samples of shape ``a`` (> 0), rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.loggamma(jax.random.key(0), 2.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.25, -0.125, 1.25], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "loggamma", key, shape, dtype, {"a": a}, positive=("a",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.loggamma(k, a, s, dtype,
+                                                out_sharding=out_sharding))
+
+
+def beta(key, a, b, shape=None, dtype=None, *, out_sharding=None, method=None,
+         rounding="nearest"):
+  """Beta samples of parameters ``a``, ``b`` (> 0), rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.beta(jax.random.key(0), 2.0, 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.34375, 0.5, 0.15625], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "beta", key, shape, dtype, {"a": a, "b": b}, positive=("a", "b"),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.beta(k, a, b, s, dtype,
+                                            out_sharding=out_sharding))
+
+
+def chisquare(key, df, shape=None, dtype=None, *, out_sharding=None,
+              method=None, rounding="nearest"):
+  """Chi-square samples with ``df`` (> 0) degrees of freedom (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.chisquare(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([2.5, 0.75, 4], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "chisquare", key, shape, dtype, {"df": df}, positive=("df",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.chisquare(k, df, s, dtype,
+                                                 out_sharding=out_sharding))
+
+
+def t(key, df, shape=None, dtype=None, *, out_sharding=None, method=None,
+      rounding="nearest"):
+  """Student's t samples with ``df`` (> 0) degrees of freedom (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.t(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([-0.5, 1.25, 0.1875], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "t", key, shape, dtype, {"df": df}, positive=("df",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.t(k, df, s, dtype,
+                                         out_sharding=out_sharding))
+
+
+def dirichlet(key, alpha, shape=None, dtype=None, *, out_sharding=None,
+              method=None, rounding="nearest"):
+  """Dirichlet samples (last axis: categories; ``alpha`` > 0), rounded (cast).
+
+  Each sample's components are rounded separately, so they sum to 1 only up
+  to the format's rounding.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.dirichlet(jax.random.key(0), jax.numpy.ones(3), (2,), "e4m3")  # doctest: +SKIP
+  Array([[0.40625, 0.375, 0.21875], [0.1875, 0.5, 0.3125]], dtype=float8_e4m3fn)
+  """
+  fn = "dirichlet"
+  key = common.check_key(key, fn)
+  fmt = common.out_format(dtype, fn)
+  if fmt is None:
+    return jax.random.dirichlet(key, alpha, shape, dtype,
+                                out_sharding=out_sharding)
+  _positive({"alpha": alpha}, fn)
+  static = {} if shape is None else {"shape": validate.check_shape(shape, fn)}
+  return _draw(fn, key, None, fmt, params={"alpha": alpha}, static=static,
+               method=method, rounding=rounding, out_sharding=out_sharding)
+
+
+def multivariate_normal(key, mean, cov, shape=None, dtype=None,
+                        method="cholesky", *, out_sharding=None,
+                        rounding="nearest"):
+  """Multivariate normal samples, rounded into ``dtype`` (cast).
+
+  ``method`` keeps jax.random's meaning here (``"cholesky"``, ``"eigh"`` or
+  ``"svd"``: how ``cov`` is factored); the float32 draw is then rounded
+  (``rounding="nearest"`` or ``"stochastic"``).
+
+  >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> jaxfp8.random.multivariate_normal(jax.random.key(0), jnp.zeros(2),
+  ...                                   jnp.eye(2), (3,), "e4m3").shape
+  (3, 2)
+  """
+  fn = "multivariate_normal"
+  key = common.check_key(key, fn)
+  fmt = common.out_format(dtype, fn)
+  if fmt is None:
+    return jax.random.multivariate_normal(key, mean, cov, shape, dtype, method,
+                                          out_sharding=out_sharding)
+  validate.check_choice(method, ("cholesky", "eigh", "svd"), "method", fn)
+  static = {"method": method}
+  if shape is not None:
+    static["shape"] = validate.check_shape(shape, fn)
+  return _draw(fn, key, None, fmt, params={"mean": mean, "cov": cov},
+               static=static, method="cast", rounding=rounding,
                out_sharding=out_sharding)
 
+
+def ball(key, d, p=2, shape=(), dtype=None, *, out_sharding=None, method=None,
+         rounding="nearest"):
+  """Samples uniform in the unit ``p``-ball of dimension ``d``, rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.ball(jax.random.key(0), 3, shape=(4,), dtype="e4m3").shape
+  (4, 3)
+  """
+  fn = "ball"
+  key = common.check_key(key, fn)
+  fmt = common.out_format(dtype, fn)
+  shape = validate.check_shape(shape, fn)
+  if fmt is None:
+    return jax.random.ball(key, d, p, shape, dtype, out_sharding=out_sharding)
+  common.check_positive(common.concrete_scalar(p), "p", fn)
+  return _draw(fn, key, None, fmt, params={},
+               static={"d": int(d), "p": float(p), "shape": shape},
+               method=method, rounding=rounding, out_sharding=out_sharding)
+
+
+def orthogonal(key, n, shape=(), dtype=None, m=None, *, out_sharding=None,
+               method=None, rounding="nearest"):
+  """Haar-random orthogonal matrices, computed in float32 and rounded (cast).
+
+  jax.random's own QR does not run in narrow formats; here it runs in
+  float32 and only the result is rounded, so the matrices are orthogonal up
+  to the format's rounding.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.orthogonal(jax.random.key(0), 4, dtype="e4m3").shape
+  (4, 4)
+  """
+  fn = "orthogonal"
+  key = common.check_key(key, fn)
+  fmt = common.out_format(dtype, fn)
+  shape = validate.check_shape(shape, fn)
+  if fmt is None:
+    return jax.random.orthogonal(key, n, shape, dtype, m,
+                                 out_sharding=out_sharding)
+  static = {"n": int(n), "shape": shape}
+  if m is not None:
+    static["m"] = int(m)
+  return _draw(fn, key, None, fmt, params={}, static=static, method=method,
+               rounding=rounding, out_sharding=out_sharding)
+
+
+# -- discrete samplers ----------------------------------------------------------
+
+def bernoulli(key, p=0.5, shape=None, mode="low", *, out_sharding=None,
+              method=None, table_bits=None):
+  """Booleans that are True with probability ``p`` (any format, any shape).
+
+  ``exact`` (the default) compares 32 random bits with ``round(p * 2^32)``
+  element by element, so ``P(True)`` is within ``2^-33`` of ``p`` -- exactly
+  ``p`` when ``p`` is a multiple of ``2^-32``, as every fp8/fp6/fp4 value in
+  [0, 1] is -- for traced and per-element ``p`` too. ``table`` uses
+  ``table_bits`` bits (16 by default; ``p`` rounded to that resolution);
+  ``cast`` is ``jax.random.bernoulli`` on ``p`` as float32 (``mode`` as
+  there).
+
+  >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> p = jnp.array([0.0, 0.25, 1.0], jnp.float8_e4m3fn)
+  >>> jaxfp8.random.bernoulli(jax.random.key(0), p)  # doctest: +SKIP
+  Array([False, False,  True], dtype=bool)
+  """
+  fn = "bernoulli"
+  key = common.check_key(key, fn)
+  if shape is not None:
+    shape = validate.check_shape(shape, fn)
+  p32 = common.as_float32(p, "p", fn)
+  pc = common.concrete_scalar(p)
+  if pc is not None and not 0 <= pc <= 1:
+    raise ValueError(f"`p` argument to `{fn}` must be in [0, 1], got {pc}")
+  if method is not None:
+    validate.check_choice(method, config.METHODS, "method", fn)
+  chosen = config.get_default_method() if method is None else method
+  if chosen == "cast":
+    out = jax.random.bernoulli(key, p32, shape, mode)
+  else:
+    bits = 32 if chosen == "exact" else table_method.check_bits(
+        table_bits or table_method.DEFAULT_BITS, fn)
+    shape = jax.numpy.shape(p32) if shape is None else shape
+    out = exact_method.bernoulli(key, p32, shape, bits)
+  return common.shard(out, out_sharding)
+
+
+def rademacher(key, shape=(), dtype=None, *, out_sharding=None, method=None):
+  """-1 or +1 with probability 1/2 each, in any dtype (integer by default).
+
+  For a narrow ``dtype`` the ``exact`` and ``table`` methods spend one random
+  bit per sample (32 samples per word); ``cast`` is jax.random's float32
+  rademacher rounded (32 bits per sample, same values).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.rademacher(jax.random.key(0), (4,), "e2m1")  # doctest: +SKIP
+  Array([1, -1, -1, 1], dtype=float4_e2m1fn)
+  """
+  fn = "rademacher"
+  key = common.check_key(key, fn)
+  shape = validate.check_shape(shape, fn)
+  try:
+    fmt = common.out_format(dtype, fn)
+  except TypeError:
+    fmt = None  # integer dtypes are jax.random's business
+  if fmt is None:
+    return jax.random.rademacher(key, shape, dtype, out_sharding=out_sharding)
+  if method is not None:
+    validate.check_choice(method, config.METHODS, "method", fn)
+  chosen = config.get_default_method() if method is None else method
+  if chosen == "cast" or not fmt.signed:
+    out = common.wrap(cast_method.sample(key, fn, fmt, {}, {"shape": shape}),
+                      fmt)
+  else:
+    out = exact_method.rademacher(key, shape, fmt)
+  return common.shard(out, out_sharding)
+
+
+def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
+                out_sharding=None):
+  """jax.random.categorical, with ``logits`` in any format (narrow included).
+
+  Narrow logits (native arrays or :class:`jaxfp8.CodeArray`) are decoded to
+  float32 exactly; the result is integer indices, as in jax.random.
+
+  >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> logits = jnp.array([0., 1., -448.], jnp.float8_e4m3fn)
+  >>> int(jaxfp8.random.categorical(jax.random.key(0), logits, shape=(1000,)).max())
+  1
+  """
+  fn = "categorical"
+  key = common.check_key(key, fn)
+  logits = common.as_float32(logits, "logits", fn)
+  if shape is not None:
+    shape = validate.check_shape(shape, fn)
+  return jax.random.categorical(key, logits, axis, shape, replace, mode,
+                                out_sharding=out_sharding)

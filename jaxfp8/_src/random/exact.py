@@ -1,0 +1,231 @@
+"""The ``exact`` method: the rounded law, sampled with integer arithmetic.
+
+At trace time the law of the real draw rounded into the format
+(:func:`jaxfp8._src.laws.rounded_law`, float64) is quantized to integer masses
+``q_i`` summing to ``2^32`` (each within ``2^-32`` of the true probability,
+and equal to it when the law is dyadic at that resolution). On device a
+sample picks value ``i`` with probability exactly ``q_i / 2^32``:
+
+- **Pure tables.** If every ``q_i`` is a multiple of ``2^24`` (``2^16``), the
+  law is a 256-entry (65,536-entry) table indexed by 8 (16) random bits: one
+  gather per sample. Uniform on [0, 1) is such a law in most formats (its
+  masses are powers of two no smaller than half the smallest subnormal).
+- **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
+  table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
+  a 16-bit threshold ``t``; the sample is ``a`` if ``r < t`` else ``b`` for 16
+  more random bits ``r``. At most one bucket per value is split (``0 < t``),
+  so a sample needs ``r`` with probability at most ``(#values)/65536``
+  (0.4% for fp8). Those ``r`` come from a small pool: every group of 32
+  samples owns two extra words (four 16-bit slots) and its k-th split sample
+  takes slot k (k from a popcount of the group's mask, no sort, no scan). If
+  any group needs more than four slots (about once in 10^3 calls of 2^22
+  fp8 samples), the whole batch takes its ``r`` from a fresh stream of 16 bits
+  per sample instead (``lax.cond``). Either way each ``r`` used is uniform and
+  independent of everything else, so ``P(i) = q_i / 2^32`` exactly.
+
+Bits per sample: 8 or 16 for pure tables, 18 (16 + 2 pooled) otherwise.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import laws
+from jaxfp8._src.random import bits as bits_lib
+from jaxfp8._src.random import common
+
+_CAP = 1 << 16        # mass of one bucket, in units of 2^-32
+_GROUP = 32           # samples sharing one pool of refinement slots
+_SLOTS = 4            # 16-bit refinement slots per group (two words)
+
+
+def _alias(q: np.ndarray, codes: np.ndarray):
+  """An alias table over 2^16 buckets, in exact integer arithmetic.
+
+  Masses are first cut into whole buckets; remainders that complement each
+  other (``r + r' = 2^16``) share one bucket; what is left goes through
+  Vose's algorithm. Dyadic laws thus get few or no split buckets.
+
+  Returns:
+    ``(main, b, t)``: ``main`` (uint8, 2^16) is the code of each bucket --
+    the outcome below the threshold for split buckets, which come first;
+    ``b`` (uint8) and ``t`` (uint32, in 1 .. 2^16 - 1) are the other outcome
+    and the threshold of each split bucket: the sample is ``main[j]`` when
+    the 16-bit refinement is below ``t[j]``, else ``b[j]``.
+  """
+  nb = 1 << 16
+  mass = [int(x) for x in q]
+  splits: list[tuple[int, int, int]] = []  # (code below t, code above, t)
+  waiting: dict[int, int] = {}
+  for i, m in enumerate(mass):
+    r = m % _CAP
+    if not r:
+      continue
+    if _CAP - r in waiting:
+      k = waiting.pop(_CAP - r)
+      splits.append((codes[i], codes[k], r))
+      mass[i] -= r
+      mass[k] -= _CAP - r
+    else:
+      waiting.setdefault(r, i)
+  n_left = sum(mass) // _CAP
+  pure: list[int] = []
+  small = [i for i, m in enumerate(mass) if m < _CAP]
+  large = [i for i, m in enumerate(mass) if m >= _CAP]
+  n_empty = n_left - len(mass)  # empty items pair with large ones: pure
+  while large and (small or n_empty > 0):
+    l = large[-1]
+    if small:
+      s = small.pop()
+      t = mass[s]
+      mass[l] -= _CAP - t
+      if t:
+        splits.append((codes[s], codes[l], t))
+      else:
+        pure.append(codes[l])
+    else:
+      whole = min(mass[l] // _CAP, n_empty)
+      pure.extend([codes[l]] * whole)
+      mass[l] -= whole * _CAP
+      n_empty -= whole
+    if mass[l] < _CAP:
+      small.append(large.pop())
+  for i in large + small:
+    assert mass[i] in (0, _CAP), "alias construction lost mass"
+    if mass[i]:
+      pure.append(codes[i])
+  assert len(splits) + len(pure) == nb, (len(splits), len(pure))
+  main = np.array([a for a, _, _ in splits] + pure, np.uint8)
+  b = np.array([b for _, b, _ in splits], np.uint8)
+  t = np.array([t for _, _, t in splits], np.uint32)
+  return main, b, t
+
+
+@functools.lru_cache(maxsize=256)
+def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]):
+  """``(width, main, b, t)``: a pure 8- or 16-bit table (b, t empty), or an
+  alias table (width 16) with its split buckets first."""
+  fmt = formats.get(fmt_name)
+  _, probs = laws.rounded_law(dist, fmt, **dict(params))
+  q = laws.quantize(probs, 32)
+  codes = [int(c) for c in common.codes_table(fmt)]
+  empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
+  for width in (8, 16):
+    step = 1 << (32 - width)
+    if np.all(q % step == 0):
+      table = np.repeat(np.array(codes, np.uint8), q // step)
+      assert len(table) == 1 << width
+      return (width, table) + empty
+  return (16,) + _alias(q, codes)
+
+
+def plan_law(dist: str, fmt: formats.Format, params: dict) -> np.ndarray:
+  """The law (integer masses over ``fmt.values``, sum 2^32) that is sampled."""
+  _, probs = laws.rounded_law(dist, fmt, **params)
+  return laws.quantize(probs, 32)
+
+
+def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
+  """Random bits spent per sample (before padding to whole words)."""
+  width, _, b, _ = plan(dist, fmt.name, tuple(sorted(params.items())))
+  return width + (_SLOTS * 16 / _GROUP if len(b) else 0)
+
+
+def _refinement(key, split, n_pad: int):
+  """16 uniform bits for each split sample, from the pooled slots."""
+  groups = n_pad // _GROUP
+  k_pool, k_fallback = jax.random.split(key)
+  m = split.reshape(groups, _GROUP).astype(jnp.uint32)
+  lane = jnp.arange(_GROUP, dtype=jnp.uint32)
+  word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
+  rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
+  pool = bits_lib.uint16(k_pool, groups * _SLOTS).reshape(groups, _SLOTS)
+  r = pool[:, _SLOTS - 1:_SLOTS]
+  for k in range(_SLOTS - 2, -1, -1):
+    r = jnp.where(rank == k, pool[:, k:k + 1], r)
+  overflow = jnp.any(lax.population_count(word) > _SLOTS)
+  return lax.cond(overflow, lambda: bits_lib.uint16(k_fallback, n_pad),
+                  lambda: r.reshape(n_pad))
+
+
+def _lookup(u, values: np.ndarray, n_split: int):
+  """``values[u]`` for ``u < n_split`` (any value elsewhere)."""
+  if n_split <= 8:  # a few selects beat a gather
+    out = jnp.full(u.shape, values[0], values.dtype)
+    for j in range(1, n_split):
+      out = jnp.where(u == j, values[j], out)
+    return out
+  return jnp.asarray(values)[jnp.minimum(u, n_split - 1)]
+
+
+@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "params",
+                                             "shape"))
+def _sample(key, *, dist, fmt_name, params, shape):
+  fmt = formats.get(fmt_name)
+  width, main, b, t = plan(dist, fmt_name, params)
+  n, n_pad = bits_lib.padded_size(shape, 2 * _GROUP)
+  if not len(b):
+    draw = bits_lib.uint8 if width == 8 else bits_lib.uint16
+    codes = jnp.asarray(main)[draw(key, n_pad).astype(jnp.int32)]
+  else:
+    k_main, k_ref = jax.random.split(key)
+    u = bits_lib.uint16(k_main, n_pad).astype(jnp.int32)
+    codes = jnp.asarray(main)[u]
+    split = u < len(b)
+    r = _refinement(k_ref, split, n_pad).astype(jnp.uint32)
+    above = split & (r >= _lookup(u, t, len(b)))
+    codes = jnp.where(above, _lookup(u, b, len(b)), codes)
+  return common.from_codes(codes[:n].reshape(shape), fmt)
+
+
+def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
+           params: dict[str, float]):
+  """Exact samples of ``dist`` (concrete scalar ``params``) rounded to ``fmt``."""
+  return _sample(key, dist=dist, fmt_name=fmt.name,
+                 params=tuple(sorted(params.items())), shape=tuple(shape))
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "bits"))
+def _bernoulli(key, p, *, shape, bits):
+  p = jnp.broadcast_to(p, shape).astype(jnp.float32)
+  n, n_pad = bits_lib.padded_size(shape, 2)
+  if bits == 32:
+    u = bits_lib.words(key, n)
+  else:
+    u = (bits_lib.uint16(key, n_pad)[:n] >> (16 - bits)).astype(jnp.uint32)
+  # p * 2^bits is exact in float32; rounding it moves P(True) by < 2^-(bits+1).
+  scaled = jnp.round(p.reshape(n) * np.float32(2.0**bits))
+  t = jnp.where(scaled >= np.float32(2.0**32), jnp.uint32(0xFFFFFFFF),
+                jnp.maximum(scaled, 0).astype(jnp.uint32))
+  return ((u < t) | (p.reshape(n) >= 1)).reshape(shape)
+
+
+def bernoulli(key, p, shape: tuple[int, ...], bits: int = 32):
+  """True with probability ``round(p * 2^bits) / 2^bits`` (p per element).
+
+  ``bits`` random bits per sample (32: P(True) within 2^-33 of ``p``).
+  """
+  return _bernoulli(key, p, shape=tuple(shape), bits=bits)
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "fmt_name"))
+def _rademacher(key, *, shape, fmt_name):
+  fmt = formats.get(fmt_name)
+  n, n_pad = bits_lib.padded_size(shape, 32)
+  w = bits_lib.words(key, n_pad // 32)
+  bit = (w[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+  plus, minus = (int(c) for c in common.codes_table(fmt)[
+      np.searchsorted(fmt.values, [1.0, -1.0])])
+  codes = jnp.where(bit.reshape(n_pad)[:n] == 1, jnp.uint8(plus),
+                    jnp.uint8(minus))
+  return common.from_codes(codes.reshape(shape), fmt)
+
+
+def rademacher(key, shape: tuple[int, ...], fmt: formats.Format):
+  """+-1 in ``fmt`` with probability 1/2 each: one random bit per sample."""
+  return _rademacher(key, shape=tuple(shape), fmt_name=fmt.name)

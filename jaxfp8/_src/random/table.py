@@ -1,0 +1,81 @@
+"""The ``table`` method: one lookup per sample in a quantile table.
+
+For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
+table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
+interval holds the quantile at ``(j + 1/2) / 2^k``. A sample draws ``k``
+random bits (8-bit units for ``k <= 8``, else 16-bit units, from packed
+words) and gathers one byte. Its law is the exact rounded law with the CDF
+at every rounding boundary rounded to a multiple of ``2^-k``: each value's
+probability is off by less than ``2^-k``, and values whose probability is
+below about ``2^-(k+1)`` may never appear. The cheapest method; use ``exact``
+when the tails matter.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfp8._src import formats
+from jaxfp8._src import laws
+from jaxfp8._src.random import bits as bits_lib
+from jaxfp8._src.random import common
+
+DEFAULT_BITS = 16
+
+
+def check_bits(table_bits, fn: str) -> int:
+  """``table_bits`` as an int in 1 .. 16, else a ValueError naming it."""
+  if (not isinstance(table_bits, (int, np.integer))
+      or isinstance(table_bits, bool) or not 1 <= table_bits <= 16):
+    raise ValueError(f"`table_bits` argument to `{fn}` must be an integer in "
+                     f"1 .. 16, got {table_bits!r}")
+  return int(table_bits)
+
+
+@functools.lru_cache(maxsize=256)
+def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...],
+         table_bits: int) -> np.ndarray:
+  """The ``2^table_bits``-entry table of codes (uint8)."""
+  fmt = formats.get(fmt_name)
+  _, probs = laws.rounded_law(dist, fmt, **dict(params))
+  cdf = np.cumsum(probs)[:-1]  # at the boundaries between values
+  mid = (np.arange(1 << table_bits) + 0.5) / (1 << table_bits)
+  index = np.searchsorted(cdf, mid, side="right")
+  return common.codes_table(fmt)[index]
+
+
+def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
+              **params: float) -> tuple[np.ndarray, np.ndarray]:
+  """``(values, probs)``: the law the table method samples (its own
+  quantized law), over the same values as :func:`laws.rounded_law`."""
+  fmt = formats.get(fmt)
+  table = plan(dist, fmt.name, tuple(sorted(params.items())), table_bits)
+  code_to_index = {int(c): i for i, c in enumerate(common.codes_table(fmt))}
+  index = np.array([code_to_index[int(c)] for c in table])
+  counts = np.bincount(index, minlength=len(fmt.values))
+  return fmt.values, counts / float(1 << table_bits)
+
+
+@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "params",
+                                             "shape", "table_bits"))
+def _sample(key, *, dist, fmt_name, params, shape, table_bits):
+  fmt = formats.get(fmt_name)
+  table = jnp.asarray(plan(dist, fmt_name, params, table_bits))
+  n, n_pad = bits_lib.padded_size(shape, 4)
+  if table_bits <= 8:
+    u = bits_lib.uint8(key, n_pad) >> (8 - table_bits)
+  else:
+    u = bits_lib.uint16(key, n_pad) >> (16 - table_bits)
+  codes = table[u.astype(jnp.int32)]
+  return common.from_codes(codes[:n].reshape(shape), fmt)
+
+
+def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
+           params: dict[str, float], table_bits: int = DEFAULT_BITS):
+  """Table samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
+  return _sample(key, dist=dist, fmt_name=fmt.name,
+                 params=tuple(sorted(params.items())), shape=tuple(shape),
+                 table_bits=table_bits)
