@@ -109,19 +109,17 @@ def test_antithetic_exact_negation(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e2m3fn"])
-def test_rows_depend_only_on_key_and_index(fmt):
+def test_is_one_normal_draw_of_the_rows(fmt):
   key = jax.random.key(3)
-  small = es.perturbations(key, 8, 40, fmt)
-  large = es.perturbations(key, 16, 40, fmt)
-  np.testing.assert_array_equal(_codes(small[:4]), _codes(large[:4]))
-  plain = es.perturbations(key, 5, 40, fmt, antithetic=False)
-  for i in range(5):
-    row = jaxfp8.random.normal(jax.random.fold_in(key, i), (40,), fmt)
-    np.testing.assert_array_equal(_codes(plain[i]), _codes(row))
-  np.testing.assert_array_equal(_codes(plain[:4]), _codes(small[:4]))
+  plain = es.perturbations(key, 5, 40, fmt, antithetic=False, method="cast")
+  want = jaxfp8.random.normal(key, (5, 40), fmt, method="cast")
+  np.testing.assert_array_equal(_codes(plain), _codes(want))
+  mirrored = es.perturbations(key, 8, (2, 20), fmt)
+  want = jaxfp8.random.normal(key, (4, 2, 20), fmt)
+  np.testing.assert_array_equal(_codes(mirrored[:4]), _codes(want))
 
 
-@pytest.mark.parametrize("fmt", POP_DTYPES)
+@pytest.mark.parametrize("fmt", ["float32", "float8_e5m2", "float6_e3m2fn"])
 def test_jit_equals_eager(fmt):
   key = jax.random.key(5)
   eager = es.perturbations(key, 6, (7,), fmt)
@@ -156,7 +154,8 @@ def test_perturbation_errors():
     es.perturbations(key, 4, (3, -1), "e4m3")
 
 
-@pytest.mark.parametrize("fmt", POP_DTYPES)
+@pytest.mark.parametrize("fmt", ["float32", "float8_e4m3fn", "float6_e2m3fn",
+                                 "float4_e2m1fn"])
 def test_sample_population_nearest_is_cast_of_mean_plus_sigma_eps(fmt):
   key = jax.random.key(11)
   mean = jnp.linspace(-3.0, 3.0, 50)

@@ -5,11 +5,12 @@ generation. Stored in fp8 they take a quarter of float32's memory, and drawn
 with :func:`jaxfp8.random.normal` each entry follows the exact rounded N(0, 1)
 law of the chosen method, at a fraction of the cost of float32-then-cast.
 
-Keys: member ``i`` (of the first half, with antithetic sampling) draws its row
-from ``jax.random.fold_in(key, i)``. A row therefore depends only on the key
-and its index -- not on the population size, nor on how the population is laid
-out over devices -- so under ``jax.jit`` with a population-axis sharding each
-device draws only its own rows and the values equal a single device's.
+Sharding: the first (or only) half of a population is one
+``jaxfp8.random.normal`` draw of shape ``(rows, *shape)``; JAX's partitionable
+threefry (the default since JAX 0.5) makes every random bit a function of the
+key and its position, so under ``jax.jit`` with a population-axis
+``NamedSharding`` each device draws only its own rows (the mirrored half comes
+from its partner's rows) and the values equal a single device's.
 """
 from __future__ import annotations
 
@@ -96,10 +97,6 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return False
 
 
-def _member_keys(key: jax.Array, n: int) -> jax.Array:
-  return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(n))
-
-
 def _negate(x: Population, fmt: formats.Format) -> Population:
   """Exact negation: flip the sign bit (fnuz zero stays zero, as in -x)."""
   if isinstance(x, CodeArray):
@@ -121,9 +118,10 @@ def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
                        fmt_name: str, antithetic: bool, method_key: tuple):
   from jaxfp8 import random as jfrandom  # pylint: disable=g-import-not-at-top
   fmt = formats.get(fmt_name)
-  draw = lambda k: jfrandom.normal(k, shape, fmt.dtype, method=method_key[0])
-  n = popsize // 2 if antithetic else popsize
-  eps = jax.vmap(draw)(_member_keys(key, n))
+  rows = popsize // 2 if antithetic else popsize
+  # One draw for all rows, not a vmap over per-row keys: the samplers'
+  # batch-level branches (a rare refinement) would become per-row selects.
+  eps = jfrandom.normal(key, (rows, *shape), fmt.dtype, method=method_key[0])
   if antithetic:
     eps = _concatenate(eps, _negate(eps, fmt))
   return eps
@@ -134,9 +132,10 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
                   method: str | None = None) -> Population:
   """Draws a population of standard normal perturbations in a narrow format.
 
-  Row ``i`` is drawn from ``jax.random.fold_in(key, i)``, so it does not depend
-  on ``popsize`` and each device of a population-sharded ``jit`` draws only
-  its own rows.
+  Without antithetic sampling this is ``jaxfp8.random.normal(key, (popsize,
+  *shape), dtype, method=method)``; with it, the first half is that draw with
+  ``popsize // 2`` rows and the second half its exact negation. Under a
+  population-sharded ``jit`` each device draws only its own rows.
 
   Args:
     key: a PRNG key.
@@ -188,8 +187,7 @@ def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
     return x.astype(fmt.dtype)
   rand = None
   if rounding == "stochastic":
-    bits = lambda k: jax.random.bits(k, mean.shape, jnp.uint32)
-    rand = jax.vmap(bits)(_member_keys(key_round, popsize))
+    rand = jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)
   out = _cast_jit(x, rand, fmt.name, rounding, True, False)
   return out if fmt.native else CodeArray(out, fmt)
 
@@ -203,8 +201,8 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   With ``key_eps, key_round = jax.random.split(key)``, ``eps`` is
   ``perturbations(key_eps, popsize, mean.shape, dtype, antithetic=...)`` and
   the float32 sum is rounded once into ``dtype`` (saturating), like
-  :func:`jaxfp8.cast`; stochastic rounding draws row ``i``'s bits from
-  ``fold_in(key_round, i)``.
+  :func:`jaxfp8.cast`; stochastic rounding takes 32 bits per entry from
+  ``jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)``.
 
   Args:
     key: a PRNG key.
