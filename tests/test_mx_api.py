@@ -1,0 +1,241 @@
+"""jaxfp8.mx: storage, packing, padding, axes, pytrees, stochastic rounding,
+matmul and the scaled_dot converters."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxfp8
+from jaxfp8 import mx
+
+MX_FORMATS = list(mx.MX_FORMATS)
+NATIVE_FORMATS = [f for f in MX_FORMATS if not f.startswith("mxfp6")]
+
+
+def assert_same_bits(got, want):
+  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  ok = ~np.isnan(want)
+  np.testing.assert_array_equal(got.view(np.uint32)[ok],
+                                want.view(np.uint32)[ok])
+
+
+def _wide_input(shape):
+  x = np.asarray(jax.random.normal(jax.random.key(0), shape) * jnp.exp2(
+      jax.random.randint(jax.random.key(1), shape, -140, 100)))
+  x = x.astype(np.float32)
+  x[0, 3], x[1, :16] = np.nan, 2.0**-140
+  return x
+
+
+def _assert_same_array(a, b):
+  np.testing.assert_array_equal(np.asarray(a.data).view(np.uint8),
+                                np.asarray(b.data).view(np.uint8))
+  np.testing.assert_array_equal(np.asarray(a.scales), np.asarray(b.scales))
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_jit_equals_eager(fmt):
+  x = _wide_input((2, 64))
+  eager = mx.quantize(x, fmt)
+  _assert_same_array(jax.jit(lambda v: mx.quantize(v, fmt))(x), eager)
+  assert_same_bits(jax.jit(lambda a: a.dequantize())(eager),
+                   eager.dequantize())
+
+
+@pytest.mark.parametrize("fmt", ["mxfp6_e3m2", "nvfp4"])
+def test_op_by_op_equals_fused(fmt):
+  """Without jit nothing is fused: exactness can't hang on XLA's fusion."""
+  x = _wide_input((2, 32))
+  fused = mx.quantize(x, fmt)
+  with jax.disable_jit():
+    op_by_op = mx.quantize(x, fmt)
+    values = np.asarray(op_by_op.dequantize())
+  _assert_same_array(op_by_op, fused)
+  assert_same_bits(values, fused.dequantize())
+
+
+# -- storage ------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt,data_bytes,scale_bytes", [
+    ("mxfp4_e2m1", 2048, 128), ("mxfp6_e2m3", 3072, 128),
+    ("mxfp6_e3m2", 3072, 128), ("mxfp8_e4m3", 4096, 128),
+    ("mxfp8_e5m2", 4096, 128), ("mxint8", 4096, 128), ("nvfp4", 2048, 256)])
+def test_storage(fmt, data_bytes, scale_bytes):
+  a = mx.quantize(jnp.linspace(-3, 3, 4096), fmt)
+  assert a.data.nbytes == data_bytes and a.scales.nbytes == scale_bytes
+  extra = 4 if fmt == "nvfp4" else 0
+  assert a.nbytes == data_bytes + scale_bytes + extra
+  assert a.data.dtype == mx.get_format(fmt).storage_dtype
+
+
+def test_packed_bit_layouts():
+  from jaxfp8._src import mx_pack  # pylint: disable=g-import-not-at-top
+  codes = jnp.array([0x1, 0xA, 0xF, 0x0], jnp.uint8)
+  np.testing.assert_array_equal(mx_pack.pack(codes, 4), [0xA1, 0x0F])
+  c = np.array([0b000001, 0b100010, 0b010011, 0b111100], np.uint8)
+  w = int(c[0]) | int(c[1]) << 6 | int(c[2]) << 12 | int(c[3]) << 18
+  np.testing.assert_array_equal(mx_pack.pack(jnp.asarray(c), 6),
+                                [w & 0xFF, (w >> 8) & 0xFF, w >> 16])
+  rng = np.random.default_rng(0)
+  for bits in (4, 6, 8):
+    codes = jnp.asarray(rng.integers(0, 2**bits, (3, 96)), jnp.uint8)
+    packed = mx_pack.pack(codes, bits)
+    assert packed.shape == (3, 96 * bits // 8)
+    np.testing.assert_array_equal(mx_pack.unpack(packed, bits), codes)
+
+
+def test_fp4_element_zero_in_low_nibble():
+  x = np.zeros(32, np.float32)
+  x[0], x[1] = 6.0, 0.5  # scale 1: codes 0x7 and 0x1
+  a = mx.quantize(x, "mxfp4_e2m1")
+  assert int(a.data[0]) == 0x17
+
+
+# -- shapes, padding, axes, pytrees ------------------------------------------------
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_padding(fmt):
+  x = np.asarray(jax.random.normal(jax.random.key(2), (3, 45)), np.float32)
+  with pytest.raises(ValueError, match="not a multiple of block_size"):
+    mx.quantize(x, fmt)
+  a = mx.quantize(x, fmt, pad=True)
+  assert a.shape == (3, 45)
+  bs = a.block_size
+  padded = np.zeros((3, -(-45 // bs) * bs), np.float32)
+  padded[:, :45] = x
+  full = mx.quantize(padded, fmt)
+  assert_same_bits(a.dequantize(), np.asarray(full.dequantize())[:, :45])
+  np.testing.assert_array_equal(a.scales, full.scales)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_axis(fmt):
+  x = np.asarray(jax.random.normal(jax.random.key(3), (64, 5)), np.float32)
+  a = mx.quantize(x, fmt, axis=0)
+  t = mx.quantize(x.T, fmt, axis=-1)
+  assert a.shape == (64, 5) and a.axis == -2
+  assert a.scales.shape == (64 // a.block_size, 5)
+  assert_same_bits(a.dequantize(), np.asarray(t.dequantize()).T)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_pytree_jit_and_vmap(fmt):
+  x = np.asarray(jax.random.normal(jax.random.key(4), (3, 2, 64)), np.float32)
+  a = mx.quantize(x, fmt)
+  leaves, tree = jax.tree_util.tree_flatten(a)
+  back = jax.tree_util.tree_unflatten(tree, leaves)
+  assert back.shape == a.shape and back.fmt is a.fmt
+  doubled = jax.jit(lambda m: m.dequantize() * 2)(a)
+  assert_same_bits(doubled, np.asarray(a.dequantize()) * 2)
+  v = jax.vmap(lambda r: mx.quantize(r, fmt))(x)
+  assert isinstance(v, mx.MXArray) and v.shape == x.shape
+  rows = np.stack([np.asarray(mx.quantize(r, fmt).dequantize()) for r in x])
+  assert_same_bits(v.dequantize(), rows)
+  assert_same_bits(jax.vmap(mx.dequantize)(v), rows)
+
+
+def test_dequantize_other_dtypes():
+  a = mx.quantize(jnp.linspace(-3, 3, 64), "mxfp6_e3m2")
+  out = a.dequantize(jnp.bfloat16)
+  assert out.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(out, a.dequantize().astype(jnp.bfloat16))
+
+
+# -- stochastic rounding ------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_stochastic_rounds_to_a_neighbour_without_bias(fmt):
+  x = np.asarray(jax.random.uniform(jax.random.key(5), (1, 32), minval=-4,
+                                    maxval=4), np.float32).copy()
+  x[0, 0] = 4.0  # pins the scale
+  if fmt == "nvfp4":
+    x = x[:, :16]
+  n = 4096
+  xs = np.repeat(x, n, axis=0)
+  a = mx.quantize(xs, fmt, rounding="stochastic", key=jax.random.key(6))
+  got = np.asarray(a.dequantize(), np.float64)
+  down = np.asarray(mx.quantize(x, fmt, rounding="down").dequantize())[0]
+  up = np.asarray(mx.quantize(x, fmt, rounding="up").dequantize())[0]
+  assert ((got == down) | (got == up)).all()
+  assert (got == down).any(axis=0).all() or (got == up).any(axis=0).all()
+  # Unbiased between the neighbours (saturated values sit at +-max):
+  # each element rounds up with probability frac; 5 sigma on the mean.
+  want = np.clip(x[0].astype(np.float64), np.minimum(down, up),
+                 np.maximum(down, up))
+  tol = 5 * np.abs(up - down) / 2 / math.sqrt(n) + 1e-9
+  assert (np.abs(got.mean(axis=0) - want) <= tol).all()
+
+
+# -- errors ---------------------------------------------------------------------
+
+def test_errors():
+  x = jnp.ones(32)
+  with pytest.raises(ValueError, match="fmt"):
+    mx.quantize(x, "mxfp5")
+  with pytest.raises(ValueError, match="scale_mode"):
+    mx.quantize(x, "mxfp8_e4m3", scale_mode="round")
+  with pytest.raises(ValueError, match="block_size"):
+    mx.quantize(x, "mxfp6_e2m3", block_size=6)
+  with pytest.raises(ValueError, match="axis"):
+    mx.quantize(x, "mxfp8", axis=1)
+  with pytest.raises(ValueError, match="key"):
+    mx.quantize(x, "mxfp8", rounding="stochastic")
+  with pytest.raises(TypeError, match="x"):
+    mx.quantize("abc", "mxfp8")
+  with pytest.raises(TypeError, match="MXArray"):
+    mx.dequantize(x)
+
+
+def test_lazy_module_access():
+  assert jaxfp8.mx.quantize is mx.quantize
+
+
+# -- matmul and the scaled_dot layouts -----------------------------------------
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_matmul_reference_is_dequantize_then_dot(fmt):
+  ka, kb = jax.random.split(jax.random.key(7))
+  x = jax.random.normal(ka, (2, 8, 64))
+  y = jax.random.normal(kb, (64, 5))
+  a, b = mx.quantize(x, fmt), mx.quantize(y, fmt, axis=0)
+  want = np.einsum("bmk,kn->bmn", np.asarray(a.dequantize(), np.float64),
+                   np.asarray(b.dequantize(), np.float64))
+  got = mx.matmul(a, b)
+  assert got.shape == (2, 8, 5) and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  mixed = mx.matmul(a, b.dequantize(), preferred_element_type=jnp.bfloat16)
+  assert mixed.dtype == jnp.bfloat16
+  with pytest.raises(ValueError, match="contracting axis"):
+    mx.matmul(a, mx.quantize(y.T, fmt))
+
+
+@pytest.mark.parametrize("fmt", NATIVE_FORMATS)
+def test_scaled_dot_layout_round_trip_and_matmul(fmt):
+  ka, kb = jax.random.split(jax.random.key(8))
+  a = mx.quantize(jax.random.normal(ka, (8, 64)), fmt)
+  b = mx.quantize(jax.random.normal(kb, (64, 4)), fmt, axis=0)
+  e, s = mx.to_scaled(a)
+  f = mx.get_format(fmt)
+  assert e.dtype == f.dtype and e.shape == (8, 64)
+  assert s.dtype == f.scale.dtype and s.shape == a.scales.shape
+  back = mx.from_scaled(e, s, fmt, tensor_scale=a.tensor_scale)
+  np.testing.assert_array_equal(np.asarray(back.data).view(np.uint8),
+                                np.asarray(a.data).view(np.uint8))
+  assert_same_bits(back.dequantize(), a.dequantize())
+  np.testing.assert_allclose(mx.matmul(a, b, method="scaled_dot"),
+                             mx.matmul(a, b), rtol=1e-5, atol=1e-5)
+  # scaled_matmul's layout: (B, M, K) and (B, N, K), both blocked on K.
+  bt = mx.quantize(jnp.asarray(b.dequantize()).T[None], fmt)
+  eb, sb = mx.to_scaled(bt)
+  assert eb.shape == (1, 4, 64) and sb.shape == (1, 4, 64 // a.block_size)
+
+
+def test_to_scaled_refuses_fp6():
+  with pytest.raises(NotImplementedError, match="float6"):
+    mx.to_scaled(mx.quantize(jnp.ones(32), "mxfp6_e2m3"))
