@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
@@ -174,11 +175,13 @@ def tile_of_program(pid, grid_m: int, grid_n: int, group_m: int):
   Programs walk down ``group_m`` row tiles before moving one column tile
   right, so neighbouring programs share operand tiles in L2.
   """
+  # lax.div / lax.rem: truncating ops, exact for these non-negative ints and
+  # lowered by Triton without jnp's floor-division sign fix-ups.
   per_group = group_m * grid_n
-  first_m = (pid // per_group) * group_m
+  first_m = lax.div(pid, per_group) * group_m
   rows = jnp.minimum(grid_m - first_m, group_m)
-  local = pid % per_group
-  return first_m + local % rows, local // rows
+  local = lax.rem(pid, per_group)
+  return first_m + lax.rem(local, rows), lax.div(local, rows)
 
 
 def compiler_params(mode: str, tiles: Tiles):
