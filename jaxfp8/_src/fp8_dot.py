@@ -75,7 +75,7 @@ def _transpose_lhs(g, lhs_ndim: int, rhs, dimension_numbers, swap_ans=False):
   gives (batch, lhs kept, lhs contracting in rhs's order), then permuted back.
   """
   (l_con, r_con), (l_bat, r_bat) = dimension_numbers
-  rhs_ndim = len(_shape(rhs))
+  rhs_ndim = rhs.ndim
   l_kept = _kept(lhs_ndim, l_con, l_bat)
   r_kept = _kept(rhs_ndim, r_con, r_bat)
   nb = len(l_bat)
@@ -94,10 +94,6 @@ def _transpose_rhs(g, lhs, rhs_ndim: int, dimension_numbers):
   (l_con, r_con), (l_bat, r_bat) = dimension_numbers
   swapped = ((r_con, l_con), (r_bat, l_bat))
   return _transpose_lhs(g, rhs_ndim, lhs, swapped, swap_ans=True)
-
-
-def _shape(x) -> tuple[int, ...]:
-  return tuple(x.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +138,8 @@ def _scaled_dot_bwd(static: _Static, res, g):
   q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling = res
   q_g, s_g, next_g = _quantize_operand(g, grad_scaling)
   dims = static.dimension_numbers
-  d_lhs = _transpose_lhs(q_g, len(_shape(q_l)), q_r, dims) * s_g * s_r
-  d_rhs = _transpose_rhs(q_g, q_l, len(_shape(q_r)), dims) * s_g * s_l
+  d_lhs = _transpose_lhs(q_g, q_l.ndim, q_r, dims) * s_g * s_r
+  d_rhs = _transpose_rhs(q_g, q_l, q_r.ndim, dims) * s_g * s_l
   return (d_lhs.astype(static.lhs_dtype), d_rhs.astype(static.rhs_dtype),
           next_l, next_r, next_g)
 
