@@ -33,8 +33,8 @@ def _ids(xs):
 
 def _fp8(rng, shape, dtype, spread=0):
   """Normal samples times random powers of two (per row), cast to fp8."""
-  x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1,
-                                                         (shape[0], 1)))
+  x = rng.standard_normal(shape) * np.exp2(rng.integers(
+      -spread, spread + 1, (shape[0],) + (1,) * (len(shape) - 1)))
   return jnp.asarray(np.clip(x, -400, 400), dtype)
 
 
@@ -288,3 +288,26 @@ def test_mx_matmul_errors():
     ops.mx_matmul(small, small, interpret=True)
   with pytest.raises(ValueError, match="at least 32"):
     ops.mx_matmul(a, a, block_k=16, interpret=True)
+
+
+@pytest.mark.parametrize("dims,shapes", [
+    ((((2,), (0,)), ((), ())), ((2, 3, 40), (40, 5))),
+    ((((0, 2), (1, 0)), ((), ())), ((6, 3, 7), (7, 6, 4))),
+], ids=["dense", "two-contracting"])
+def test_dot_general_through_kernel(dims, shapes):
+  rng = np.random.default_rng(8)
+  lhs = _fp8(rng, shapes[0], jnp.float8_e4m3fn)
+  rhs = _fp8(rng, shapes[1], jnp.float8_e5m2)
+  jaxpr = jax.make_jaxpr(lambda l, r: ops.dot_general(l, r, dims,
+                                                      interpret=True))(lhs, rhs)
+  assert "pallas_call" in str(jaxpr)
+  out = ops.dot_general(lhs, rhs, dims, interpret=True)
+  want = jax.lax.dot_general(lhs.astype(jnp.float32), rhs.astype(jnp.float32),
+                             dims, precision=jax.lax.Precision.HIGHEST)
+  assert out.dtype == jnp.float32 and out.shape == want.shape
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6,
+                             atol=1e-6)
+  # Batch dimensions and interpret=None on CPU: lax.dot_general itself.
+  batched = ops.dot_general(lhs[None], lhs[None], (((3,), (3,)), ((0,), (0,))))
+  kept = shapes[0][:-1]
+  assert batched.dtype == jnp.float32 and batched.shape == (1, *kept, *kept)

@@ -186,3 +186,48 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
     return jnp.zeros((m, n), out_dtype)
   return _scaled_matmul(a, b, a_scale, b_scale, out_dtype=out_dtype,
                         mode=mode, tiles=tiles)
+
+
+def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
+                precision: Any = None, preferred_element_type: Any = None, *,
+                interpret: bool | None = None) -> jax.Array:
+  """``lax.dot_general`` that runs fp8 products through :func:`scaled_matmul`.
+
+  Same arguments and result as ``jax.lax.dot_general``. When both operands
+  are float8_e4m3fn / float8_e5m2, there are no batch dimensions and the
+  kernel runs (on a GPU, or with ``interpret=True``), the operands are laid
+  out K-major as (M, K) and (N, K) and multiplied by the kernel with float32
+  accumulation; the result is reshaped to dot_general's (lhs kept, rhs kept)
+  axes. Everything else, including ``interpret=None`` off GPU, is
+  ``lax.dot_general`` itself. ``preferred_element_type`` defaults to float32
+  for fp8 operands.
+
+  >>> import jax.numpy as jnp
+  >>> x = jnp.ones((2, 3, 32), jnp.float8_e4m3fn)
+  >>> w = jnp.ones((32, 5), jnp.float8_e4m3fn)
+  >>> dot_general(x, w, (((2,), (0,)), ((), ())), interpret=True).shape
+  (2, 3, 5)
+  """
+  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
+  fp8 = (np.dtype(lhs.dtype) in common.FP8_DTYPES
+         and np.dtype(rhs.dtype) in common.FP8_DTYPES)
+  if preferred_element_type is None and fp8:
+    preferred_element_type = jnp.float32
+  use_kernel = (
+      fp8 and not l_bat and not r_bat
+      and np.dtype(preferred_element_type) in common.OUT_DTYPES
+      and common.resolve_mode(interpret, "dot_general") != "reference")
+  if not use_kernel:
+    return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                           preferred_element_type=preferred_element_type)
+  l_con, r_con = tuple(int(d) for d in l_con), tuple(int(d) for d in r_con)
+  l_kept = [d for d in range(lhs.ndim) if d not in l_con]
+  r_kept = [d for d in range(rhs.ndim) if d not in r_con]
+  k = int(np.prod([lhs.shape[d] for d in l_con], dtype=np.int64))
+  out_shape = tuple(lhs.shape[d] for d in l_kept) + tuple(
+      rhs.shape[d] for d in r_kept)
+  a = jnp.transpose(lhs, (*l_kept, *l_con)).reshape(-1, k)
+  b = jnp.transpose(rhs, (*r_kept, *r_con)).reshape(-1, k)
+  out = scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
+                      interpret=interpret)
+  return out.reshape(out_shape)
