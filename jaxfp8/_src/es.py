@@ -97,20 +97,25 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return False
 
 
-def _negate(x: Population, fmt: formats.Format) -> Population:
-  """Exact negation: flip the sign bit (fnuz zero stays zero, as in -x)."""
+def _mirror(x: Population, fmt: formats.Format) -> Population:
+  """``concatenate([x, -x])``, exactly: the sign bit of the codes flips.
+
+  Done on uint8 codes: XLA on CPU concatenates and negates fp8 arrays through
+  a float16 round trip that costs more than drawing the samples.
+  """
   if isinstance(x, CodeArray):
-    flipped = x.codes ^ np.uint8(1 << (fmt.bits - 1))
-    if not fmt.has_negative_zero:
-      flipped = jnp.where(x.codes == 0, x.codes, flipped)
-    return CodeArray(flipped, fmt)
-  return -x
-
-
-def _concatenate(a: Population, b: Population) -> Population:
-  if isinstance(a, CodeArray):
-    return CodeArray(jnp.concatenate([a.codes, b.codes]), a.format)
-  return jnp.concatenate([a, b])
+    codes = x.codes
+  elif fmt.bits == 8:
+    codes = jax.lax.bitcast_convert_type(x, jnp.uint8)
+  else:  # wide floats, and float4 (which CPU XLA can't bitcast)
+    return jnp.concatenate([x, -x])
+  flipped = codes ^ np.uint8(1 << (fmt.bits - 1))
+  if not fmt.has_negative_zero:  # fnuz: the -0 code is NaN; zero stays zero
+    flipped = jnp.where(codes == 0, codes, flipped)
+  both = jnp.concatenate([codes, flipped])
+  if isinstance(x, CodeArray):
+    return CodeArray(both, fmt)
+  return jax.lax.bitcast_convert_type(both, fmt.dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
@@ -122,9 +127,7 @@ def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
   # One draw for all rows, not a vmap over per-row keys: the samplers'
   # batch-level branches (a rare refinement) would become per-row selects.
   eps = jfrandom.normal(key, (rows, *shape), fmt.dtype, method=method_key[0])
-  if antithetic:
-    eps = _concatenate(eps, _negate(eps, fmt))
-  return eps
+  return _mirror(eps, fmt) if antithetic else eps
 
 
 def perturbations(key: jax.Array, popsize: int, shape: Any,
