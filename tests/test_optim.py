@@ -130,3 +130,42 @@ def test_argument_errors():
   state = tx.init({"w": jnp.ones(2, jnp.float8_e4m3fn)})
   with pytest.raises(ValueError, match="params"):
     tx.update({"w": jnp.ones(2)}, state)
+
+
+def _fit(dtype: str, rounding: str, steps: int = 300) -> float:
+  """Least squares with weights stored in ``dtype``; returns the final loss."""
+  k1, k2 = jax.random.split(jax.random.key(5))
+  x = jax.random.normal(k1, (256, 16))
+  w_true = jax.random.normal(k2, (16, 4))
+  y = x @ w_true
+  params = {"w": jnp.full((16, 4), 0.5, getattr(jnp, dtype))}
+  loss = lambda w32: jnp.mean((x @ w32 - y) ** 2)
+  inner = optax.sgd(3e-3)
+  tx = (P.with_stochastic_rounding(inner, key=jax.random.key(6))
+        if rounding == "stochastic" else inner)
+  state = tx.init(params)
+
+  def body(carry, _):
+    params, state = carry
+    w32 = params["w"].astype(jnp.float32)
+    grads = {"w": jax.grad(loss)(w32)}
+    updates, state = tx.update(grads, state, params)
+    if rounding == "stochastic":
+      return (P.apply_updates(params, updates), state), None
+    new = (w32 + updates["w"]).astype(params["w"].dtype)  # round to nearest
+    return ({"w": new}, state), None
+
+  (params, _), _ = jax.jit(lambda c: jax.lax.scan(body, c, None,
+                                                  length=steps))(
+      (params, state))
+  return float(loss(params["w"].astype(jnp.float32)))
+
+
+def test_training_with_narrow_params_learns_only_with_stochastic_rounding():
+  start = _fit("float8_e4m3fn", "nearest", steps=0)
+  nearest = _fit("float8_e4m3fn", "nearest")
+  stochastic = _fit("float8_e4m3fn", "stochastic")
+  # lr * gradient is below half a grid step of e4m3 for most weights:
+  # nearest rounding stalls, stochastic rounding keeps descending
+  assert nearest > 0.95 * start and stochastic < 0.6 * start, (
+      start, nearest, stochastic)
