@@ -225,6 +225,9 @@ def timings(key, sizes, formats):
         log(f"{size}^3 {np.dtype(dt).name} {name}: "
             f"{tflops(m, n, k, s):7.1f} TFLOP/s, x{rows[-1][4]:.3f} of "
             "xla_fp8_dot")
+      if size == sizes[0]:
+        guarded(f"scaled_matmul {np.dtype(dt).name} {size}^3 on sampled rows",
+                lambda: _agree_fp8(fns, args, a, b, size, dt))
       del a, b
     for fmt in ops.MXFP8_FORMATS:
       am, bm = mx_operand(next(ks), (m, k), fmt, 4), mx_operand(
@@ -261,6 +264,25 @@ def timings(key, sizes, formats):
       del am, bm, ea, eb
   RESULTS["timings"] = rows
   return rows
+
+
+def _agree_fp8(fns, args, a, b, size, dt):
+  """Our kernel and XLA's fp8 dot on sampled rows against float64.
+
+  XLA's fp8 GEMM may use the tensor cores' fast (reduced-precision)
+  accumulation; its error is printed for context, not checked.
+  """
+  rows = np.random.default_rng(2).choice(size, 16, replace=False)
+  av = np.asarray(a.astype(F32), np.float64)
+  bv = np.asarray(b.astype(F32), np.float64)
+  name = np.dtype(dt).name
+  ok = compare(f"scaled_matmul {name} {size}^3 (16 rows)",
+               fns["scaled_matmul_f32"](*args["scaled_matmul_f32"]),
+               av * 0.5, bv * 0.25, F32, rows)
+  compare(f"xla fp8 dot {name} {size}^3 (16 rows)",
+          fns["xla_fp8_dot"](*args["xla_fp8_dot"]), av, bv, F32, rows,
+          record=False)
+  return ok
 
 
 def _agree(fns, args, am, bm, size, fmt):
