@@ -311,3 +311,28 @@ def test_dot_general_through_kernel(dims, shapes):
   batched = ops.dot_general(lhs[None], lhs[None], (((3,), (3,)), ((0,), (0,))))
   kept = shapes[0][:-1]
   assert batched.dtype == jnp.float32 and batched.shape == (1, *kept, *kept)
+
+
+@pytest.mark.parametrize("grid_m,grid_n,group_m", [(10, 3, 4), (5, 7, 8),
+                                                    (1, 1, 8), (9, 2, 1)])
+def test_grouped_program_order_covers_every_tile_once(grid_m, grid_n,
+                                                      group_m):
+  from jaxfp8._src.kernels import common  # pylint: disable=g-import-not-at-top
+  pids = jnp.arange(grid_m * grid_n)
+  i, j = common.tile_of_program(pids, grid_m, grid_n, group_m)
+  tiles = sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist()))
+  assert tiles == [(a, b) for a in range(grid_m) for b in range(grid_n)]
+
+
+def test_default_tiles():
+  from jaxfp8._src.kernels import common  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.kernels import scaled_matmul as scaled_matmul_lib  # pylint: disable=g-import-not-at-top
+  big = common.choose_tiles(8192, 8192, 8192, caps=scaled_matmul_lib._CAPS,
+                            fn="t")
+  assert (big.block_m, big.block_n, big.block_k, big.num_warps,
+          big.num_stages) == (128, 256, 128, 8, 3)
+  mx = common.choose_tiles(8192, 8192, 8192, caps=mx_matmul_lib._CAPS, fn="t")
+  assert (mx.block_m, mx.block_n, mx.block_k) == (128, 128, 128)
+  small = common.choose_tiles(3, 40, 70, caps=scaled_matmul_lib._CAPS, fn="t")
+  assert (small.block_m, small.block_n, small.block_k, small.num_warps) == (
+      16, 64, 128, 4)
