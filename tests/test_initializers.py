@@ -175,9 +175,9 @@ def test_matches_exact_law_and_float32(fmt, name, ours, theirs, shape, dist):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", ["orthogonal", "delta_orthogonal"])
 def test_orthogonal(fmt, name):
-  # Entries have std scale / sqrt(512): fp4/fp6 need it near 1.
-  scale = SCALE[fmt] * 16 if fmt in FP8 else 22.0
-  shape = (512, 512) if name == "orthogonal" else (3, 3, 256, 512)
+  # Entries have std scale / sqrt(256): fp4/fp6 need it near 1.
+  scale = SCALE[fmt] * 16 if fmt in FP8 else 16.0
+  shape = (256, 256) if name == "orthogonal" else (3, 3, 128, 256)
   got = getattr(init_lib, name)(scale)(KEY, shape, fmt)
   wide = getattr(jax.nn.initializers, name)(scale)(KEY, shape, jnp.float32)
   x, w = as_f64(got), np.asarray(wide, np.float64)
@@ -217,7 +217,7 @@ def test_jit_matches_eager(fmt):
   np.testing.assert_array_equal(as_f64(eager), as_f64(jitted))
 
 
-WIDE = [jnp.float32, jnp.bfloat16, jnp.float16, None]
+WIDE = [jnp.float32, jnp.bfloat16, None]
 
 
 @pytest.mark.parametrize("dtype", WIDE, ids=lambda d: str(d))
