@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
 import platform
 import queue
+import resource
 import signal
 import subprocess
 import sys
@@ -99,72 +101,132 @@ def _crash_message(rc: int, stderr: str) -> str:
   return f"{what}: {reason[:160]}" if reason else what
 
 
-def run_job(job: Job, n: int, seed: int, *, timeout: float,
-            env: dict[str, str], log) -> dict[str, dict[str, Any]]:
+class Worker:
+  """One worker subprocess of one side, fed tasks line by line."""
+
+  def __init__(self, side: str, n: int, seed: int, env: dict[str, str]):
+    self.side = side
+    self._err = tempfile.TemporaryFile("w+")
+    self.proc = subprocess.Popen(
+        [sys.executable, "-c", _BOOT, report_worker.__file__],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+        text=True, env=env)
+    self.lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=self._pump, daemon=True).start()
+    self._send(json.dumps({"side": side, "n": n, "seed": seed}))
+
+  def _pump(self):
+    for line in self.proc.stdout:
+      self.lines.put(line)
+    self.lines.put(None)
+
+  def _send(self, line: str) -> bool:
+    try:
+      self.proc.stdin.write(line + "\n")
+      self.proc.stdin.flush()
+      return True
+    except (BrokenPipeError, OSError):
+      return False
+
+  def submit(self, tasks: list[dict[str, str]]) -> bool:
+    return all(self._send(json.dumps(t)) for t in tasks)
+
+  def crash_message(self) -> str:
+    rc = self.proc.wait()
+    self._err.seek(0)
+    return _crash_message(rc, self._err.read())
+
+  def close(self, kill: bool = False) -> None:
+    if self.proc.poll() is None:
+      if kill:
+        self.proc.kill()
+      else:
+        self._send("END")
+      try:
+        self.proc.stdin.close()
+      except OSError:
+        pass
+      try:
+        self.proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait()
+    self._err.close()
+
+
+class WorkerPool:
+  """Live workers of one thread of the report, at most one per side."""
+
+  def __init__(self, n: int, seed: int, env: dict[str, str]):
+    self.n, self.seed, self.env = n, seed, env
+    self.workers: dict[str, Worker] = {}
+
+  def get(self, side: str) -> Worker:
+    w = self.workers.get(side)
+    if w is None or w.proc.poll() is not None:
+      w = self.workers[side] = Worker(side, self.n, self.seed, self.env)
+    return w
+
+  def drop(self, side: str) -> None:
+    w = self.workers.pop(side, None)
+    if w is not None:
+      w.close(kill=True)
+
+  def close(self) -> None:
+    for side in list(self.workers):
+      self.workers.pop(side).close()
+
+
+def run_job(job: Job, pool: WorkerPool, *, timeout: float, log
+            ) -> dict[str, dict[str, Any]]:
   """Runs one job's operations; a crash ends one cell, the rest rerun.
 
   Returns ``{op name: result}``; every operation gets a result.
   """
   results: dict[str, dict[str, Any]] = {}
   pending = list(job.ops)
+  fresh_failures = 0
   while pending:
-    tasks = [{"id": _task_id(job.fmt, op), "fmt": job.fmt, "op": op}
-             for op in pending]
-    payload = json.dumps({"side": job.side, "n": n, "seed": seed,
-                          "tasks": tasks})
-    with tempfile.TemporaryFile("w+") as err:
-      proc = subprocess.Popen(
-          [sys.executable, "-c", _BOOT, report_worker.__file__],
-          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-          text=True, env=env)
-      lines: queue.Queue[str | None] = queue.Queue()
-
-      def pump(stream=proc.stdout, out=lines):
-        for line in stream:
-          out.put(line)
-        out.put(None)
-
-      threading.Thread(target=pump, daemon=True).start()
-      proc.stdin.write(payload)
-      proc.stdin.close()
-      running, timed_out = None, False
-      while True:
-        try:
-          line = lines.get(timeout=timeout)
-        except queue.Empty:
-          timed_out = True
-          proc.kill()
-          break
-        if line is None:
-          break
-        if line.startswith("BEGIN "):
-          running = line[6:].strip()
-        elif line.startswith("RESULT "):
-          result = json.loads(line[7:])
-          op = result.pop("id").split("::", 1)[1]
-          results[op] = result
-          running = None
-      rc = proc.wait()
-      err.seek(0)
-      stderr = err.read()
+    worker = pool.get(job.side)
+    worker.submit([{"id": _task_id(job.fmt, op), "fmt": job.fmt, "op": op}
+                   for op in pending])
+    running, timed_out, started = None, False, False
+    while len(results) < len(job.ops):
+      try:
+        line = worker.lines.get(timeout=timeout)
+      except queue.Empty:
+        timed_out = True
+        break
+      if line is None:  # the worker died
+        break
+      if line.startswith("BEGIN "):
+        running, started = line[6:].strip().split("::", 1)[1], True
+      elif line.startswith("RESULT "):
+        result = json.loads(line[7:])
+        results[result.pop("id").split("::", 1)[1]] = result
+        running = None
     pending = [op for op in pending if op not in results]
     if not pending:
       break
-    if running is None:  # died before starting a task: nothing will run
-      message = _crash_message(rc, stderr)
-      for op in pending:
-        results[op] = {"status": "error",
-                       "message": f"worker failed to start: {message}"}
-      log(f"  {job.side} {job.fmt}: worker failed ({message})")
-      break
-    op = running.split("::", 1)[1]
     if timed_out:
-      results[op] = {"status": "timeout",
-                     "message": f"no answer within {timeout:.0f} s"}
+      pool.drop(job.side)
+      message = f"no answer within {timeout:.0f} s"
     else:
-      results[op] = {"status": "abort", "message": _crash_message(rc, stderr)}
-    log(f"  {job.side} {job.fmt} {op}: {results[op]['status']} "
-        f"({results[op]['message'][:100]}); continuing in a new worker")
+      message = worker.crash_message()
+      pool.drop(job.side)
+    if running is None:  # died between tasks, or before the first one
+      fresh_failures += 0 if started else 1
+      if fresh_failures >= 2:
+        for op in pending:
+          results[op] = {"status": "error",
+                         "message": f"worker failed: {message}"}
+        log(f"  {job.side} {job.fmt}: worker failed ({message})")
+        break
+      continue
+    results[running] = {"status": "timeout" if timed_out else "abort",
+                        "message": message}
+    log(f"  {job.side} {job.fmt} {running}: {results[running]['status']} "
+        f"({message[:100]}); continuing in a new worker")
     pending = [o for o in pending if o not in results]
   return results
 
@@ -172,28 +234,39 @@ def run_job(job: Job, n: int, seed: int, *, timeout: float,
 def run_all(jobs: list[Job], n: int, seed: int, *, workers: int,
             timeout: float, fast_compile: bool, log
             ) -> dict[tuple[str, str, str], dict[str, Any]]:
-  """Runs every job on ``workers`` parallel subprocesses."""
+  """Runs every job on ``workers`` threads, each with its own workers."""
   env = _worker_env(fast_compile)
   out: dict[tuple[str, str, str], dict[str, Any]] = {}
+  local = threading.local()
+  pools: list[WorkerPool] = []
+  lock = threading.Lock()
   done, start = 0, time.time()
 
   def one(job: Job):
+    if not hasattr(local, "pool"):
+      local.pool = WorkerPool(n, seed, env)
+      with lock:
+        pools.append(local.pool)
     t0 = time.time()
-    res = run_job(job, n, seed, timeout=timeout, env=env, log=log)
+    res = run_job(job, local.pool, timeout=timeout, log=log)
     return job, res, time.time() - t0
 
-  with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-    for job, res, secs in map(lambda f: f.result(),
-                              concurrent.futures.as_completed(
-                                  [pool.submit(one, j) for j in jobs])):
-      done += 1
-      statuses: dict[str, int] = {}
-      for op, r in res.items():
-        out[(job.side, job.fmt, op)] = r
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-      summary = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()))
-      log(f"[{done}/{len(jobs)} {time.time() - start:5.1f}s] {job.side:6s} "
-          f"{job.fmt}: {len(res)} ops in {secs:.1f}s ({summary})")
+  try:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as ex:
+      futures = [ex.submit(one, j) for j in jobs]
+      for future in concurrent.futures.as_completed(futures):
+        job, res, secs = future.result()
+        done += 1
+        statuses: dict[str, int] = {}
+        for op, r in res.items():
+          out[(job.side, job.fmt, op)] = r
+          statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()))
+        log(f"[{done}/{len(jobs)} {time.time() - start:5.1f}s] {job.side:6s} "
+            f"{job.fmt}: {len(res)} ops in {secs:.1f}s ({summary})")
+  finally:
+    for pool in pools:
+      pool.close()
   return out
 
 
@@ -377,12 +450,13 @@ largest exact entry."""
 
 def write_report(path: str, fmts: list[str], ops: list[report_worker.Op],
                  cells, laws, n: int, seed: int, plots: list[str],
-                 plot_note: str, elapsed: float, fast_compile: bool) -> None:
+                 plot_note: str, elapsed: float, cpu: float,
+                 fast_compile: bool) -> None:
   now = datetime.datetime.now(datetime.timezone.utc)
   lines = [
       "# jaxfp8 report: narrow formats in the installed JAX", "",
       f"Generated {now:%Y-%m-%d %H:%M} UTC by `jaxfp8 report` in "
-      f"{elapsed:.0f} s. {_versions()}. {n} samples per sampler, seed {seed}"
+      f"{elapsed:.0f} s ({cpu:.0f} CPU-seconds in workers). {_versions()}. {n} samples per sampler, seed {seed}"
       + (f"; XLA flags `{FAST_XLA_FLAGS}` (faster compiles, same values)"
          if fast_compile else "") + ".", "",
       "## Summary", "",
@@ -410,6 +484,27 @@ def write_report(path: str, fmts: list[str], ops: list[report_worker.Op],
     lines += format_table(fmt, ops, cells, laws, n)
   with open(path, "w", encoding="utf-8") as fh:
     fh.write("\n".join(lines) + "\n")
+
+
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+@contextlib.contextmanager
+def _terminate_cleanly():
+  """SIGTERM unwinds (closing the workers) instead of killing at once."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  def handler(signum, frame):
+    del frame
+    raise SystemExit(128 + signum)
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 # -- command line --------------------------------------------------------------------
@@ -529,14 +624,18 @@ def main(argv: list[str] | None = None) -> int:
     print(msg, flush=True)
 
   start = time.time()
+  cpu0 = _children_cpu()
   os.makedirs(args.out, exist_ok=True)
   jobs = [Job(side, fmt, [op.name for op in ops])
           for fmt in fmts for side in SIDES]
   log(f"jaxfp8 report: {len(ops)} operations x {len(fmts)} formats, native "
       f"JAX and jaxfp8, {len(jobs)} worker jobs on {args.jobs} processes")
-  results = run_all(jobs, n, args.seed, workers=args.jobs,
-                    timeout=args.timeout, fast_compile=not args.xla_opt,
-                    log=log)
+  with _terminate_cleanly():
+    results = run_all(jobs, n, args.seed, workers=args.jobs,
+                      timeout=args.timeout, fast_compile=not args.xla_opt,
+                      log=log)
+  cpu = _children_cpu() - cpu0
+  log(f"workers done in {time.time() - start:.0f}s, {cpu:.0f} CPU-seconds")
   laws = {}
   cells = {}
   for fmt in fmts:
@@ -556,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
                         n, log)
   path = os.path.join(args.out, "report.md")
   write_report(path, fmts, ops, cells, laws, n, args.seed, plots, note,
-               time.time() - start, not args.xla_opt)
+               time.time() - start, cpu, not args.xla_opt)
   with open(os.path.join(args.out, "results.json"), "w",
             encoding="utf-8") as fh:
     json.dump({f"{s}|{f}|{o}": r for (s, f, o), r in results.items()}, fh)

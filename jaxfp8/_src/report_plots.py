@@ -57,7 +57,7 @@ def plot_family(path: str, family: str, panels: list[Panel], n: int) -> str:
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
   cols = len(panels)
-  fig, axes = plt.subplots(1, cols, figsize=(4.2 * cols, 3.4), squeeze=False)
+  fig, axes = plt.subplots(1, cols, figsize=(4.2 * cols, 4.2), squeeze=False)
   floor = 0.5 / n
   for ax, panel in zip(axes[0], panels):
     exact = np.append(panel.probs, panel.p_nan)
@@ -99,11 +99,12 @@ def plot_family(path: str, family: str, panels: list[Panel], n: int) -> str:
     ax.set_title(panel.fmt_name, fontsize=9)
     ax.set_xlabel("representable value (one slot each)", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
-    ax.legend(fontsize=6, loc="upper left")
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.3),
+              ncol=1, frameon=False)
   axes[0][0].set_ylabel(f"probability ({n} samples)", fontsize=8)
   fig.suptitle(f"{family}: exact rounded law vs samples", fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=80)
+  fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
 

@@ -7,9 +7,11 @@ exactly as installed: ``import jaxfp8`` would install its constant guard and
 change what a float6 constant under ``jit`` does. Only the jaxfp8 side imports
 ``jaxfp8``. Keep this file free of ``jaxfp8`` imports at module level.
 
-Protocol: the job (JSON) arrives on stdin; for each task the worker prints
-``BEGIN <id>`` before running it and ``RESULT <json>`` after, flushing each
-line, so the parent knows which task was running if the process dies.
+Protocol: a JSON header line (side, sample count, seed), then one JSON task
+per line, until ``END``. For each task the worker prints ``BEGIN <id>``
+before running it and ``RESULT <json>`` after, flushing each line, so the
+parent knows which task was running if the process dies. A worker serves many
+formats in turn: JAX is imported once per worker, not once per format.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -388,15 +391,21 @@ def _emit(line: str) -> None:
 
 
 def main() -> int:
-  job = json.loads(sys.stdin.read())
-  runner = Runner(job["side"], job["n"], job["seed"])
+  header = json.loads(sys.stdin.readline())
+  runner = Runner(header["side"], header["n"], header["seed"])
   abort_at = os.environ.get(ABORT_AT_ENV)
-  for task in job["tasks"]:
+  for line in sys.stdin:  # one task per line, until END or end of input
+    if line.strip() == "END":
+      break
+    task = json.loads(line)
     _emit(f"BEGIN {task['id']}")
     if task["id"] == abort_at:
       os.abort()
+    wall, cpu = time.perf_counter(), time.process_time()
     result = runner.run(task["fmt"], task["op"])
     result["id"] = task["id"]
+    result["secs"] = round(time.perf_counter() - wall, 3)
+    result["cpu_secs"] = round(time.process_time() - cpu, 3)
     _emit("RESULT " + json.dumps(result))
   return 0
 
