@@ -20,26 +20,27 @@ from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import formats
 
 
-@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "rounding",
-                                             "static"))
-def _sample(key, arrays: dict[str, Any], *, dist: str, fmt_name: str,
-            rounding: str, static: tuple[tuple[str, Any], ...]):
-  fmt = formats.get(fmt_name)
-  rand = None
-  if rounding == "stochastic":
-    key, rkey = jax.random.split(key)
-  x = getattr(jax.random, dist)(key, dtype=jnp.float32, **dict(static),
-                                **arrays)
-  if rounding == "stochastic":
-    rand = jax.random.bits(rkey, x.shape, jnp.uint32)
-  return cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
-                            not fmt.native)
+@functools.partial(jax.jit, static_argnames=("dist", "static"))
+def _draw(key, arrays: dict[str, Any], *, dist: str,
+          static: tuple[tuple[str, Any], ...]):
+  return getattr(jax.random, dist)(key, dtype=jnp.float32, **dict(static),
+                                   **arrays)
 
 
 def sample(key: jax.Array, dist: str, fmt: formats.Format,
            arrays: dict[str, jax.Array], static: dict[str, Any],
            rounding: str = "nearest"):
   """Draws ``jax.random.<dist>(key, dtype=float32, **static, **arrays)`` and
-  rounds it into ``fmt``; returns a native array or uint8 codes."""
-  return _sample(key, arrays, dist=dist, fmt_name=fmt.name, rounding=rounding,
-                 static=tuple(sorted(static.items())))
+  rounds it into ``fmt``; returns a native array or uint8 codes.
+
+  The draw and the rounding are compiled apart (once per distribution, once
+  per format), not once per pair; under an enclosing ``jit`` they fuse.
+  """
+  rand = None
+  if rounding == "stochastic":
+    key, rkey = jax.random.split(key)
+  x = _draw(key, arrays, dist=dist, static=tuple(sorted(static.items())))
+  if rounding == "stochastic":
+    rand = jax.random.bits(rkey, x.shape, jnp.uint32)
+  return cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
+                            not fmt.native)

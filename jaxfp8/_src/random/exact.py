@@ -153,41 +153,53 @@ def _refinement(key, split, n_pad: int):
                   lambda: r.reshape(n_pad))
 
 
-def _lookup(u, values: np.ndarray, n_split: int):
-  """``values[u]`` for ``u < n_split`` (any value elsewhere)."""
-  if n_split <= 8:  # a few selects beat a gather
-    out = jnp.full(u.shape, values[0], values.dtype)
-    for j in range(1, n_split):
+_CHAIN = 8  # up to this many split buckets: selects; more: a gather
+
+
+def _lookup(u, values, n_split):
+  """``values[u]`` for ``u < n_split`` (anything elsewhere)."""
+  if values.shape[0] <= _CHAIN:  # a few selects beat a gather
+    out = jnp.broadcast_to(values[0], u.shape)
+    for j in range(1, values.shape[0]):
       out = jnp.where(u == j, values[j], out)
     return out
-  return jnp.asarray(values)[jnp.minimum(u, n_split - 1)]
+  return values[jnp.minimum(u, n_split - 1)]
 
 
-@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "params",
-                                             "shape"))
-def _sample(key, *, dist, fmt_name, params, shape):
+@functools.partial(jax.jit, static_argnames=("width", "fmt_name", "shape"))
+def _sample(key, main, b, t, n_split, *, width, fmt_name, shape):
+  # The tables are arguments, not constants: one compilation serves every
+  # law of a format, width and shape.
   fmt = formats.get(fmt_name)
-  width, main, b, t = plan(dist, fmt_name, params)
   n, n_pad = bits_lib.padded_size(shape, 2 * _GROUP)
-  if not len(b):
+  if not b.shape[0]:
     draw = bits_lib.uint8 if width == 8 else bits_lib.uint16
-    codes = jnp.asarray(main)[draw(key, n_pad).astype(jnp.int32)]
+    codes = main[draw(key, n_pad).astype(jnp.int32)]
   else:
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.uint16(k_main, n_pad).astype(jnp.int32)
-    codes = jnp.asarray(main)[u]
-    split = u < len(b)
+    codes = main[u]
+    split = u < n_split
     r = _refinement(k_ref, split, n_pad).astype(jnp.uint32)
-    above = split & (r >= _lookup(u, t, len(b)))
-    codes = jnp.where(above, _lookup(u, b, len(b)), codes)
+    above = split & (r >= _lookup(u, t, n_split))
+    codes = jnp.where(above, _lookup(u, b, n_split), codes)
   return common.from_codes(codes[:n].reshape(shape), fmt)
+
+
+def _padded(a: np.ndarray) -> np.ndarray:
+  """Split tables padded to _CHAIN or 256 entries (few compilations)."""
+  if not len(a):
+    return a
+  size = _CHAIN if len(a) <= _CHAIN else 256
+  return np.concatenate([a, np.zeros(size - len(a), a.dtype)])
 
 
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float]):
   """Exact samples of ``dist`` (concrete scalar ``params``) rounded to ``fmt``."""
-  return _sample(key, dist=dist, fmt_name=fmt.name,
-                 params=tuple(sorted(params.items())), shape=tuple(shape))
+  width, main, b, t = plan(dist, fmt.name, tuple(sorted(params.items())))
+  return _sample(key, main, _padded(b), _padded(t), np.int32(len(b)),
+                 width=width, fmt_name=fmt.name, shape=tuple(shape))
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "bits"))

@@ -59,11 +59,10 @@ def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
   return fmt.values, counts / float(1 << table_bits)
 
 
-@functools.partial(jax.jit, static_argnames=("dist", "fmt_name", "params",
-                                             "shape", "table_bits"))
-def _sample(key, *, dist, fmt_name, params, shape, table_bits):
+@functools.partial(jax.jit, static_argnames=("fmt_name", "shape",
+                                             "table_bits"))
+def _sample(key, table, *, fmt_name, shape, table_bits):
   fmt = formats.get(fmt_name)
-  table = jnp.asarray(plan(dist, fmt_name, params, table_bits))
   n, n_pad = bits_lib.padded_size(shape, 4)
   if table_bits <= 8:
     u = bits_lib.uint8(key, n_pad) >> (8 - table_bits)
@@ -76,6 +75,6 @@ def _sample(key, *, dist, fmt_name, params, shape, table_bits):
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float], table_bits: int = DEFAULT_BITS):
   """Table samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
-  return _sample(key, dist=dist, fmt_name=fmt.name,
-                 params=tuple(sorted(params.items())), shape=tuple(shape),
+  table = plan(dist, fmt.name, tuple(sorted(params.items())), table_bits)
+  return _sample(key, table, fmt_name=fmt.name, shape=tuple(shape),
                  table_bits=table_bits)
