@@ -171,13 +171,17 @@ def _f32_bits(v: float) -> int:
 def _split(mag):
   """Finite magnitude bits -> (e, s): value = s * 2^(e - 150), s in [2^23, 2^24).
 
-  Subnormals are normalized (``e`` drops below 1); zero gives ``s = 0``.
+  Subnormals are normalized (``e`` drops below 1) by converting their integer
+  mantissa to float32, which is exact and normal; zero gives ``s = 0``.
   """
   big_e = (mag >> 23).astype(_I32)
+  mant = mag & 0x7FFFFF
+  as_float = lax.bitcast_convert_type(mant.astype(jnp.int32).astype(
+      jnp.float32), _U32)  # mant * 2^-149 == float(mant) * 2^-149
   sub = big_e == 0
-  s = jnp.where(sub, mag & 0x7FFFFF, (mag & 0x7FFFFF) | 0x800000)
-  lz = jnp.where(s == 0, 0, lax.clz(s).astype(_I32) - 8)
-  return jnp.where(sub, 1, big_e) - lz, s << lz.astype(_U32)
+  e = jnp.where(sub, (as_float >> 23).astype(_I32) - 149, big_e)
+  s = (jnp.where(sub, as_float, mant) & 0x7FFFFF) | 0x800000
+  return e, jnp.where(mag == 0, _U32(0), s)
 
 
 def _ldexp(mag, k):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 _U8 = jnp.uint8
 
@@ -31,6 +32,12 @@ def packed_length(n: int, bits: int) -> int:
   return n // per * nbytes
 
 
+# Groups are combined through integer bitcasts (``lax.bitcast_convert_type``
+# between uint8 and a wider word is little-endian: byte 0 is the low byte):
+# XLA fuses them with the code computation into one vectorized loop, where
+# strided slices of the codes would make it recompute them scalar by scalar.
+
+
 def pack(codes: jax.Array, bits: int) -> jax.Array:
   """Packs uint8 codes (low ``bits`` bits used) along the last axis."""
   codes = codes.astype(_U8)
@@ -39,13 +46,12 @@ def pack(codes: jax.Array, bits: int) -> jax.Array:
   per, _ = GROUPS[bits]
   g = codes.reshape(*codes.shape[:-1], codes.shape[-1] // per, per)
   if bits == 4:
-    out = (g[..., 0] & 0xF) | (g[..., 1] << 4)
-    return out.astype(_U8)
-  c0, c1, c2, c3 = (g[..., i] & 0x3F for i in range(4))
-  b0 = c0 | (c1 << 6)
-  b1 = (c1 >> 2) | (c2 << 4)
-  b2 = (c2 >> 4) | (c3 << 2)
-  out = jnp.stack([b0, b1, b2], axis=-1).astype(_U8)
+    w = lax.bitcast_convert_type(g, jnp.uint16)  # c0 | c1 << 8
+    return ((w & 0xF) | ((w >> 4) & 0xF0)).astype(_U8)
+  w = lax.bitcast_convert_type(g, jnp.uint32)  # c0 | c1 << 8 | c2 << 16 | ...
+  v = ((w & 0x3F) | ((w >> 2) & 0xFC0) | ((w >> 4) & 0x3F000)
+       | ((w >> 6) & 0xFC0000))
+  out = lax.bitcast_convert_type(v, _U8)[..., :3]
   return out.reshape(*codes.shape[:-1], -1)
 
 
@@ -55,13 +61,14 @@ def unpack(data: jax.Array, bits: int) -> jax.Array:
   if bits == 8:
     return data
   if bits == 4:
-    out = jnp.stack([data & 0xF, data >> 4], axis=-1)
+    d = data.astype(jnp.uint16)
+    w = (d & 0xF) | ((d & 0xF0) << 4)
+    out = lax.bitcast_convert_type(w, _U8)
     return out.reshape(*data.shape[:-1], -1)
   g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
-  b0, b1, b2 = g[..., 0], g[..., 1], g[..., 2]
-  c0 = b0 & 0x3F
-  c1 = (b0 >> 6) | ((b1 & 0xF) << 2)
-  c2 = (b1 >> 4) | ((b2 & 0x3) << 4)
-  c3 = b2 >> 2
-  out = jnp.stack([c0, c1, c2, c3], axis=-1).astype(_U8)
+  g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
+  v = lax.bitcast_convert_type(g, jnp.uint32)
+  w = ((v & 0x3F) | ((v << 2) & 0x3F00) | ((v << 4) & 0x3F0000)
+       | ((v << 6) & 0x3F000000))
+  out = lax.bitcast_convert_type(w, _U8)
   return out.reshape(*data.shape[:-1], -1)
