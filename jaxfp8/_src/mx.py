@@ -361,20 +361,15 @@ def _nbytes(x) -> int:
 
 # -- quantize / dequantize -------------------------------------------------------
 
-def _to_blocks(x, axis: int, block_size: int, pad_value=0):
+def _to_blocks(x, axis: int, block_size: int):
   """Moves ``axis`` last, pads it to whole blocks: (..., n_blocks, block)."""
   x = jnp.moveaxis(x, axis, -1)
   n = x.shape[-1]
   padded = -(-n // block_size) * block_size
   if padded != n:
     widths = [(0, 0)] * (x.ndim - 1) + [(0, padded - n)]
-    x = jnp.pad(x, widths, constant_values=pad_value)
+    x = jnp.pad(x, widths)
   return x.reshape(*x.shape[:-1], padded // block_size, block_size)
-
-
-def _from_blocks(xb, axis: int):
-  x = xb.reshape(*xb.shape[:-2], -1)
-  return jnp.moveaxis(x, -1, axis)
 
 
 _NV_SCALE_ROUNDING = {"floor": "down", "ceil": "up", "rceil": "up",
@@ -398,16 +393,19 @@ def _quantize_mx(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
 
 def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   finite = jnp.where(mag >= _INF, _U32(0), mag)
-  tamax = jnp.max(finite)
+  bmax = jnp.max(finite, axis=-1)  # ldexp is monotone: block max of x / 2^j
+  bad = jnp.max(mag, axis=-1) >= _INF
+  tamax = jnp.max(bmax)
   e, s = _split(jnp.where(tamax == 0, _U32(0x3F800000), tamax))
   j = e - 127 - math.floor(math.log2(_NV_RANGE))
   j = j + ((s & 0x7FFFFF) > _frac_bits(_NV_RANGE)).astype(_I32)
   j = jnp.where(tamax == 0, 0, jnp.clip(j, -126, 127))
   tensor_scale = lax.bitcast_convert_type(((j + 127) << 23).astype(_U32),
                                           jnp.float32)
-  xs = _ldexp(finite, -j)  # exact: |x| / 2^j <= 2688
-  bamax = jnp.max(xs, axis=-1)
-  bad = jnp.max(mag, axis=-1) >= _INF
+  # |x| / 2^j <= 2688; exact except below float32's normal range, where the
+  # quotients by the scale below round to zero either way.
+  xs = _ldexp(finite, -j)
+  bamax = _ldexp(bmax, -j)
   # Division is correctly rounded, and a quotient by 6 (or by a 4-bit scale,
   # below) never rounds onto a rounding boundary of a coarser grid unless it
   # is exactly there, so rounding the float32 quotient again is exact.
@@ -415,8 +413,7 @@ def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   scale_rounding = _NV_SCALE_ROUNDING[mode]
   sc = _cast_jit(q, None, mx.scale_name, scale_rounding, True, True)
   if scale_rounding == "up":  # x / 2^j or q may be below float32's range
-    sc = jnp.where((jnp.max(finite, axis=-1) > 0) & (sc == 0), jnp.uint8(1),
-                   sc)
+    sc = jnp.where((bmax > 0) & (sc == 0), jnp.uint8(1), sc)
   sc = jnp.where(bad, jnp.uint8(mx.scale.nan_code), sc)
   sv = lax.bitcast_convert_type(sc, mx.scale.dtype).astype(jnp.float32)
   ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
