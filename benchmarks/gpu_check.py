@@ -5,7 +5,10 @@ Run once on an H100/H200 through ``benchmarks/gpu_check.sh`` (one call, under
 
 1. Correctness of the compiled kernels against float64 products of the
    dequantized operands (odd shapes, e4m3/e5m2, mixed formats, tiny and huge
-   E8M0 scales, the exact MX path, bf16 and float32 outputs).
+   E8M0 scales, the exact MX path, bf16 and float32 outputs), with the fp8
+   MMA (default) and with ``precision=HIGHEST`` (tiles widened to bf16):
+   Hopper's fp8 MMA sums each 32-long block with fewer bits than float32,
+   which the 1e-5 bound may catch.
 2. Timings at 4096^3 and 8192^3 of
    - ``scaled_matmul`` against ``jnp.dot(a, b.T, preferred_element_type=f32)``
      on the same fp8 inputs (XLA's cuBLASLt fp8 GEMM), target >= 0.8x;
@@ -126,6 +129,12 @@ def correctness(key):
             name, ops.scaled_matmul(a, b, 0.75, 2.0**-3, out_dtype=out_dtype,
                                     interpret=INTERPRET),
             f64(a) * 0.75, f64(b) * 2.0**-3, out_dtype))
+      name = f"scaled_matmul {np.dtype(dt).name} {m}x{n}x{k} -> float32, " \
+             "precision=HIGHEST (bf16 MMA)"
+      guarded(name, lambda: compare(
+          name, ops.scaled_matmul(a, b, 0.75, 2.0**-3, out_dtype=F32,
+                                  interpret=INTERPRET, precision="highest"),
+          f64(a) * 0.75, f64(b) * 2.0**-3, F32))
   a = fp8_operand(next(ks), (300, 256), jnp.float8_e4m3fn)
   b = fp8_operand(next(ks), (200, 256), jnp.float8_e5m2)
   guarded("scaled_matmul mixed e4m3 x e5m2", lambda: compare(
@@ -142,6 +151,11 @@ def correctness(key):
         guarded(name, lambda: compare(
             name, ops.mx_matmul(a, b, out_dtype=out_dtype, interpret=INTERPRET),
             mx_f64(a), mx_f64(b), out_dtype))
+      name = f"mx_matmul {fmt} {m}x{n}x{k} -> float32, precision=HIGHEST"
+      guarded(name, lambda: compare(
+          name, ops.mx_matmul(a, b, out_dtype=F32, interpret=INTERPRET,
+                              precision="highest"),
+          mx_f64(a), mx_f64(b), F32))
   # Tiny (2^-127..) against huge (..2^127) scales, both paths; exact path.
   rng = np.random.default_rng(0)
   for fmt in ops.MXFP8_FORMATS:
@@ -214,6 +228,10 @@ def timings(key, sizes, formats):
               a, b, sa, sb, out_dtype=F32, interpret=INTERPRET)),
           "scaled_matmul_bf16": jax.jit(lambda a, b, sa, sb: ops.scaled_matmul(
               a, b, sa, sb, out_dtype=BF16, interpret=INTERPRET)),
+          "scaled_matmul_f32_highest": jax.jit(
+              lambda a, b, sa, sb: ops.scaled_matmul(
+                  a, b, sa, sb, out_dtype=F32, interpret=INTERPRET,
+                  precision="highest")),
       }
       args = {name: (a, b) if name == "xla_fp8_dot" else (a, b, sa, sb)
               for name in fns}
@@ -242,6 +260,8 @@ def timings(key, sizes, formats):
               a, b, out_dtype=F32, interpret=INTERPRET)),
           "mx_matmul_bf16": jax.jit(lambda a, b: ops.mx_matmul(
               a, b, out_dtype=BF16, interpret=INTERPRET)),
+          "mx_matmul_f32_highest": jax.jit(lambda a, b: ops.mx_matmul(
+              a, b, out_dtype=F32, interpret=INTERPRET, precision="highest")),
           "mx_matmul_f32_fast_only": jax.jit(
               lambda a, b: mx_matmul_lib._mx_matmul_impl(  # pylint: disable=protected-access
                   a, b, out_dtype=F32, interpret=INTERPRET, block_m=None,

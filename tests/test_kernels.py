@@ -336,3 +336,20 @@ def test_default_tiles():
   small = common.choose_tiles(3, 40, 70, caps=scaled_matmul_lib._CAPS, fn="t")
   assert (small.block_m, small.block_n, small.block_k, small.num_warps) == (
       16, 64, 128, 4)
+
+
+def test_highest_precision_widens_tiles_exactly():
+  rng = np.random.default_rng(9)
+  a = _fp8(rng, (20, 160), jnp.float8_e5m2, 3)
+  b = _fp8(rng, (12, 160), jnp.float8_e5m2, 3)
+  out = ops.scaled_matmul(a, b, 1.0, 0.5, out_dtype=jnp.float32,
+                          interpret=True, precision=jax.lax.Precision.HIGHEST)
+  _check(out, _f64(a) @ _f64(b).T * 0.5,
+         np.abs(_f64(a)) @ np.abs(_f64(b)).T * 0.5, jnp.float32)
+  am = jaxfp8.mx.quantize(jnp.asarray(rng.standard_normal((20, 160)),
+                                      jnp.float32), "mxfp8_e4m3", pad=True)
+  out = ops.mx_matmul(am, am, out_dtype=jnp.float32, interpret=True,
+                      precision="highest")
+  _mx_check(out, am, am, jnp.float32)
+  with pytest.raises(ValueError, match="precision"):
+    ops.scaled_matmul(a, b, 1.0, 1.0, precision="bogus")

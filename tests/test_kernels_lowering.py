@@ -37,7 +37,8 @@ def _triton_calls(text: str) -> list[str]:
 
 @pytest.mark.parametrize("dtypes", FP8_PAIRS, ids=PAIR_IDS)
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (100, 300, 700)])
-def test_scaled_matmul_lowers_to_triton(dtypes, m, n, k):
+@pytest.mark.parametrize("widen", [False, True], ids=["fp8mma", "bf16mma"])
+def test_scaled_matmul_lowers_to_triton(dtypes, m, n, k, widen):
   a = jax.ShapeDtypeStruct((m, k), dtypes[0])
   b = jax.ShapeDtypeStruct((n, k), dtypes[1])
   s = jax.ShapeDtypeStruct((), jnp.float32)
@@ -45,7 +46,7 @@ def test_scaled_matmul_lowers_to_triton(dtypes, m, n, k):
                               fn="test")
   f = functools.partial(scaled_matmul_lib._scaled_matmul,
                         out_dtype=np.dtype(jnp.bfloat16), mode="compiled",
-                        tiles=tiles)
+                        tiles=tiles, widen=widen)
   [call] = _triton_calls(_lower_for_gpu(f, a, b, s, s))
   grid = -(-m // tiles.block_m) * -(-n // tiles.block_n)
   assert f"grid_x = {grid} : i32" in call
@@ -57,7 +58,8 @@ def test_scaled_matmul_lowers_to_triton(dtypes, m, n, k):
                                   ("mxfp8_e5m2", "mxfp8_e5m2"),
                                   ("mxfp8_e4m3", "mxfp8_e5m2")], ids=PAIR_IDS)
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (100, 300, 700)])
-def test_mx_matmul_lowers_both_paths_to_triton(fmts, m, n, k):
+@pytest.mark.parametrize("widen", [False, True], ids=["fp8mma", "bf16mma"])
+def test_mx_matmul_lowers_both_paths_to_triton(fmts, m, n, k, widen):
   kp = -(-k // 32) * 32
   args = []
   for rows, fmt in ((m, fmts[0]), (n, fmts[1])):
@@ -66,7 +68,7 @@ def test_mx_matmul_lowers_both_paths_to_triton(fmts, m, n, k):
   tiles = common.choose_tiles(m, n, kp, caps=mx_matmul_lib._CAPS, fn="test")
   f = functools.partial(mx_matmul_lib._mx_matmul,
                         out_dtype=np.dtype(jnp.float32), mode="compiled",
-                        tiles=tiles, block_size=32, path="auto")
+                        tiles=tiles, block_size=32, path="auto", widen=widen)
   calls = _triton_calls(_lower_for_gpu(f, *args))
   names = sorted(re.search(r'name = "(\w+)"', c).group(1) for c in calls)
   assert names == ["mx_matmul", "mx_matmul_exact"]

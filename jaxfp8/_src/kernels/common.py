@@ -99,6 +99,26 @@ def check_out_dtype(out_dtype: Any, fn: str) -> np.dtype:
   return dt
 
 
+def widen_to_bf16(precision: Any, fn: str) -> bool:
+  """Whether ``precision`` asks for fp8 tiles widened to bfloat16 in-kernel.
+
+  None / DEFAULT / HIGH: fp8 MMA. HIGHEST: both tiles are widened to
+  bfloat16 (exact for every e4m3 and e5m2 value) and multiplied by the
+  bfloat16 MMA, which accumulates at full float32 precision, at half the fp8
+  rate. (Hopper's fp8 MMA sums each 32-long product block with fewer bits
+  than float32 keeps.)
+  """
+  if precision is None:
+    return False
+  try:
+    p = (precision if isinstance(precision, lax.Precision)
+         else lax.Precision(precision))
+  except (ValueError, TypeError, KeyError) as e:
+    raise ValueError(f"`precision` argument to `{fn}` must be None or a "
+                     f"jax.lax.Precision, got {precision!r}") from e
+  return p == lax.Precision.HIGHEST
+
+
 @dataclasses.dataclass(frozen=True)
 class Tiles:
   """Tile sizes and Triton launch parameters of one kernel call."""

@@ -90,7 +90,7 @@ def _kernel(a_ref, b_ref, ca_ref, cb_ref, shift_ref, unshift_ref, o_ref, *,
       start = pl.multiple_of(kb * block_size, block_size)
       a = a_ref[:, pl.ds(start, block_size)]
       b = b_ref[:, pl.ds(start, block_size)]
-      if upcast:  # mixed e4m3 x e5m2: one dtype for Triton's dot, exactly
+      if upcast:  # mixed formats or HIGHEST: bf16 holds fp8 values exactly
         a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
       partial = lax.dot_general(a, b, common.CONTRACT_K,
                                 preferred_element_type=jnp.float32)
@@ -201,9 +201,10 @@ def _reference(a_data, a_codes, b_data, b_codes, *, out_dtype, block_size):
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
-                                             "block_size", "path"))
+                                             "block_size", "path", "widen"))
 def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
-               tiles: common.Tiles, block_size: int, path: str):
+               tiles: common.Tiles, block_size: int, path: str,
+               widen: bool = False):
   if mode == "reference":
     return _reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
                       block_size=block_size)
@@ -228,7 +229,8 @@ def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
   def run(exact: bool):
     return pl.pallas_call(
         functools.partial(_kernel, block_k=bk, block_size=block_size,
-                          exact=exact, upcast=a_data.dtype != b_data.dtype),
+                          exact=exact,
+                          upcast=widen or a_data.dtype != b_data.dtype),
         out_shape=jax.ShapeDtypeStruct((mp, np_), out_dtype),
         grid=(grid_m * grid_n,),
         in_specs=[
@@ -288,7 +290,7 @@ def _check_pair(a: Any, b: Any, fn: str) -> None:
 
 def mx_matmul(a: mx_lib.MXArray, b: mx_lib.MXArray, *,
               out_dtype: Any = jnp.bfloat16, interpret: bool | None = None,
-              block_m: int | None = None, block_n: int | None = None,
+              precision: Any = None, block_m: int | None = None, block_n: int | None = None,
               block_k: int | None = None, num_warps: int | None = None,
               num_stages: int | None = None) -> jax.Array:
   """MXFP8 matmul ``a @ b.T`` with block scales applied inside the kernel.
@@ -307,6 +309,9 @@ def mx_matmul(a: mx_lib.MXArray, b: mx_lib.MXArray, *,
     interpret: None (default): the compiled kernel on a GPU, the jnp
       reference elsewhere. True: the kernel in Pallas' interpreter.
       False: the compiled kernel (GPU only).
+    precision: None (default): fp8 MMA per block. ``jax.lax.Precision.HIGHEST``:
+      the fp8 sub-tiles are widened to bfloat16 (exactly) for the bfloat16
+      MMA's full float32 accumulation, at half the fp8 rate.
     block_m: rows of an output tile (power of two >= 16; default by shape).
     block_n: columns of an output tile (power of two >= 16).
     block_k: K step, a power of two >= the block size (several blocks per
@@ -334,17 +339,19 @@ def mx_matmul(a: mx_lib.MXArray, b: mx_lib.MXArray, *,
          [96, 96]], dtype=bfloat16)
   """
   return _mx_matmul_impl(a, b, out_dtype=out_dtype, interpret=interpret,
-                         block_m=block_m, block_n=block_n, block_k=block_k,
+                         precision=precision, block_m=block_m, block_n=block_n, block_k=block_k,
                          num_warps=num_warps, num_stages=num_stages,
                          path="auto")
 
 
 def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
-                    num_warps, num_stages, path: str) -> jax.Array:
+                    num_warps, num_stages, path: str,
+                    precision: Any = None) -> jax.Array:
   """mx_matmul with the scale path forced ("fast", "exact") or "auto"."""
   fn = "mx_matmul"
   _check_pair(a, b, fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)
+  widen = common.widen_to_bf16(precision, fn)
   mode = common.resolve_mode(interpret, fn)
   bs = a.block_size
   if mode != "reference" and (bs < 32 or bs & (bs - 1)):
@@ -360,4 +367,5 @@ def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
   return _mx_matmul(a.data, a.scales, b.data, b.scales, out_dtype=out_dtype,
-                    mode=mode, tiles=tiles, block_size=bs, path=path)
+                    mode=mode, tiles=tiles, block_size=bs, path=path,
+                    widen=widen)

@@ -32,8 +32,8 @@ def _kernel(a_ref, b_ref, a_scale_ref, b_scale_ref, o_ref, *, block_k: int,
     a = a_ref[:, pl.ds(k * block_k, block_k)]
     b = b_ref[:, pl.ds(k * block_k, block_k)]
     if upcast:
-      # Triton's dot wants one element type; bfloat16 holds every e4m3 and
-      # e5m2 value exactly, so mixed formats stay exact (at bf16 speed).
+      # Mixed formats (Triton's dot wants one element type) or HIGHEST
+      # precision: bfloat16 holds every e4m3 and e5m2 value exactly.
       a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
     return acc + lax.dot_general(a, b, common.CONTRACT_K,
                                  preferred_element_type=jnp.float32)
@@ -76,9 +76,10 @@ def scaled_matmul_reference(a: jax.Array, b: jax.Array, a_scale: Any,
   return (acc * a_scale * b_scale).astype(out_dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles"))
+@functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
+                                             "widen"))
 def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
-                   tiles: common.Tiles):
+                   tiles: common.Tiles, widen: bool = False):
   if mode == "reference":
     return scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
   m, n = a.shape[0], b.shape[0]
@@ -90,7 +91,8 @@ def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
   tile = functools.partial(common.tile_of_program, grid_m=grid_m,
                            grid_n=grid_n, group_m=tiles.group_m)
   out = pl.pallas_call(
-      functools.partial(_kernel, block_k=bk, upcast=a.dtype != b.dtype),
+      functools.partial(_kernel, block_k=bk,
+                        upcast=widen or a.dtype != b.dtype),
       out_shape=jax.ShapeDtypeStruct((mp, np_), out_dtype),
       grid=(grid_m * grid_n,),
       in_specs=[
@@ -125,8 +127,9 @@ def _check_scale(s: Any, arg: str) -> jax.Array:
 
 def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
                   out_dtype: Any = jnp.bfloat16, interpret: bool | None = None,
-                  block_m: int | None = None, block_n: int | None = None,
-                  block_k: int | None = None, num_warps: int | None = None,
+                  precision: Any = None, block_m: int | None = None,
+                  block_n: int | None = None, block_k: int | None = None,
+                  num_warps: int | None = None,
                   num_stages: int | None = None) -> jax.Array:
   """fp8 matmul with per-tensor scales: ``(a * a_scale) @ (b * b_scale).T``.
 
@@ -144,6 +147,10 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
     interpret: None (default): the compiled kernel on a GPU, the jnp reference
       elsewhere. True: the kernel in Pallas' interpreter (any backend).
       False: the compiled kernel (GPU only).
+    precision: None (default) multiplies the fp8 tiles with the fp8 MMA;
+      ``jax.lax.Precision.HIGHEST`` widens them to bfloat16 in the kernel
+      (exact) for the bfloat16 MMA's full float32 accumulation, at half the
+      fp8 rate.
     block_m: rows of an output tile (power of two >= 16; default by shape).
     block_n: columns of an output tile (power of two >= 16).
     block_k: K step (power of two >= 32).
@@ -177,6 +184,7 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
   a_scale = _check_scale(a_scale, "a_scale")
   b_scale = _check_scale(b_scale, "b_scale")
   out_dtype = common.check_out_dtype(out_dtype, fn)
+  widen = common.widen_to_bf16(precision, fn)
   mode = common.resolve_mode(interpret, fn)
   (m, k), n = a.shape, b.shape[0]
   tiles = common.choose_tiles(
@@ -185,7 +193,7 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
   return _scaled_matmul(a, b, a_scale, b_scale, out_dtype=out_dtype,
-                        mode=mode, tiles=tiles)
+                        mode=mode, tiles=tiles, widen=widen)
 
 
 def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
@@ -198,8 +206,8 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   kernel runs (on a GPU, or with ``interpret=True``), the operands are laid
   out K-major as (M, K) and (N, K) and multiplied by the kernel with float32
   accumulation; the result is reshaped to dot_general's (lhs kept, rhs kept)
-  axes. Everything else, including ``interpret=None`` off GPU, is
-  ``lax.dot_general`` itself. ``preferred_element_type`` defaults to float32
+  axes (``precision=HIGHEST`` selects the kernel's bfloat16 MMA). Everything
+  else, including ``interpret=None`` off GPU, is ``lax.dot_general`` itself. ``preferred_element_type`` defaults to float32
   for fp8 operands.
 
   >>> import jax.numpy as jnp
@@ -215,6 +223,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
     preferred_element_type = jnp.float32
   use_kernel = (
       fp8 and not l_bat and not r_bat
+      and (precision is None or isinstance(precision, (str, lax.Precision)))
       and np.dtype(preferred_element_type) in common.OUT_DTYPES
       and common.resolve_mode(interpret, "dot_general") != "reference")
   if not use_kernel:
@@ -229,5 +238,5 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   a = jnp.transpose(lhs, (*l_kept, *l_con)).reshape(-1, k)
   b = jnp.transpose(rhs, (*r_kept, *r_con)).reshape(-1, k)
   out = scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
-                      interpret=interpret)
+                      interpret=interpret, precision=precision)
   return out.reshape(out_shape)
