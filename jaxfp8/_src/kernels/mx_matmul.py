@@ -125,8 +125,9 @@ def _visible_exponent(k: int, a_dtype, b_dtype) -> tuple[int, int]:
 def _fast_plan(ca, cb, k: int, a_dtype, b_dtype):
   """Whether the fast path is exact for these codes, and its shifts.
 
-  Returns (fast, shifts int32[2] = (127 + Ta - 127, ...), unshift float32[1]).
-  ``ca`` (M, nkb) and ``cb`` (N, nkb) are int32 codes before padding.
+  Returns (fast: bool scalar, shifts: int32[2] = (Ta, Tb), unshift:
+  float32[1] = 2^-T). ``ca`` (M, nkb) and ``cb`` (N, nkb) are int32 codes
+  before padding. See the module docstring for the argument.
   """
   g, vis = _visible_exponent(k, a_dtype, b_dtype)
   va, vb = ca != _NAN_CODE, cb != _NAN_CODE
