@@ -49,7 +49,6 @@ import numpy as np
 from jaxfp8._src import formats
 from jaxfp8._src import initializers as ours
 from jaxfp8._src.cast import cast
-from jaxfp8._src.random import samplers
 
 # Modules whose references to the originals are replaced.
 _PREFIXES = ("jax", "flax", "haiku")
@@ -113,14 +112,6 @@ def _refuse_unholdable(fmt: formats.Format, frame: types.FrameType | None,
 # Shims.
 
 
-def _replacement_call(fn: Callable, arguments: dict[str, Any]):
-  """Calls jaxfp8's ``fn`` with a jax.random call's arguments, by name."""
-  accepted = inspect.signature(fn).parameters
-  kwargs = {k: v for k, v in arguments.items()
-            if k in accepted or v is not None}
-  return fn(**kwargs)
-
-
 def _cast_sampler(original: Callable) -> Callable:
   """A jax.random sampler drawn in float32 and rounded once (for samplers
   jaxfp8.random doesn't have, orthogonal say)."""
@@ -150,6 +141,7 @@ class _Product:
 
 def _random_shim(original: Callable, replacement: Callable) -> Callable:
   sig = inspect.signature(original)
+  accepted = inspect.signature(replacement).parameters
 
   @functools.wraps(original)
   def shim(*args, **kwargs):
@@ -161,8 +153,11 @@ def _random_shim(original: Callable, replacement: Callable) -> Callable:
     if site is not None and caller.f_lasti in site.offsets:
       return _Product(site.answer(caller, fmt))
     _refuse_unholdable(fmt, caller, f"jax.random.{original.__name__}")
-    return _replacement_call(replacement,
-                             sig.bind(*args, **kwargs).arguments)
+    # By name; jaxfp8's samplers take jax.random's arguments (an unset
+    # option of JAX's that ours lacks is dropped).
+    return replacement(**{k: v for k, v in
+                          sig.bind(*args, **kwargs).arguments.items()
+                          if k in accepted or v is not None})
   shim.jaxfp8_original = original
   return shim
 
@@ -293,25 +288,28 @@ def _sites(originals: dict[str, Callable]) -> dict[types.CodeType, _Site]:
 # What gets replaced, and where.
 
 
-def _float_samplers() -> dict[str, Callable]:
+def _float_samplers(ours_random: frozenset[str]) -> dict[str, Callable]:
   """jax.random's samplers with a floating ``dtype`` argument."""
   out = {}
-  for name in jax.random.__all__ if hasattr(jax.random, "__all__") else dir(
-      jax.random):
+  for name in dir(jax.random):
     fn = getattr(jax.random, name, None)
     if not inspect.isfunction(fn) or name.startswith("_"):
       continue
     dtype = inspect.signature(fn).parameters.get("dtype")
-    if dtype is not None and "Float" in str(dtype.annotation):
+    if dtype is not None and (name in ours_random
+                              or "Float" in str(dtype.annotation)):
       out[name] = fn
   return out
 
 
 def _shims() -> tuple[dict[int, Callable], dict[str, Callable]]:
   """(id of each original -> its shim, the jax.nn.initializers originals)."""
+  from jaxfp8 import random as ours_random  # pylint: disable=g-import-not-at-top
+  public = frozenset(ours_random.__all__)
   shims: dict[int, Callable] = {}
-  for name, original in _float_samplers().items():
-    replacement = getattr(samplers, name, None) or _cast_sampler(original)
+  for name, original in _float_samplers(public).items():
+    replacement = (getattr(ours_random, name) if name in public
+                   else _cast_sampler(original))
     shims[id(original)] = _random_shim(original, replacement)
   inits = {}
   for name in ours.FACTORIES + ours.INITIALIZERS:
