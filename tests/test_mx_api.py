@@ -48,7 +48,7 @@ def test_jit_equals_eager(fmt):
                    eager.dequantize())
 
 
-@pytest.mark.parametrize("fmt", ["mxfp6_e3m2", "nvfp4"])
+@pytest.mark.parametrize("fmt", ["nvfp4"])  # its path has float divisions
 def test_op_by_op_equals_fused(fmt):
   """Without jit nothing is fused: exactness can't hang on XLA's fusion."""
   x = _wide_input((2, 32))
@@ -239,3 +239,10 @@ def test_scaled_dot_layout_round_trip_and_matmul(fmt):
 def test_to_scaled_refuses_fp6():
   with pytest.raises(NotImplementedError, match="float6"):
     mx.to_scaled(mx.quantize(jnp.ones(32), "mxfp6_e2m3"))
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+@pytest.mark.parametrize("shape", [(0, 32), (3, 0)])
+def test_empty_arrays(fmt, shape):
+  a = mx.quantize(jnp.zeros(shape), fmt)
+  assert a.shape == shape and a.dequantize().shape == shape

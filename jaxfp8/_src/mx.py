@@ -395,7 +395,7 @@ def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   finite = jnp.where(mag >= _INF, _U32(0), mag)
   bmax = jnp.max(finite, axis=-1)  # ldexp is monotone: block max of x / 2^j
   bad = jnp.max(mag, axis=-1) >= _INF
-  tamax = jnp.max(bmax)
+  tamax = jnp.max(bmax, initial=0)
   e, s = _split(jnp.where(tamax == 0, _U32(0x3F800000), tamax))
   j = e - 127 - math.floor(math.log2(_NV_RANGE))
   j = j + ((s & 0x7FFFFF) > _frac_bits(_NV_RANGE)).astype(_I32)
@@ -436,7 +436,7 @@ def _quantize_jit(x, rand, fmt_name: str, block_size: int, axis: int,
   quantize_blocks = _quantize_mx if mx.power_of_two_scales else _quantize_nv
   codes, scales, tensor_scale = quantize_blocks(mag, sign, rand, mx, mode,
                                                 rounding)
-  codes = codes.reshape(*codes.shape[:-2], -1)
+  codes = mx_pack.merge_last(codes)
   if mx.bits == 8 and mx.element is not _INT8:
     data = lax.bitcast_convert_type(codes, mx.element.dtype)
   else:
@@ -582,7 +582,8 @@ def _dequantize_jit(data, scales, tensor_scale, fmt_name: str, axis: int,
               block_size=block_size, tensor_scale=tensor_scale)
   mx = a.fmt
   codes = _unpacked_codes(a)
-  codes = codes.reshape(*codes.shape[:-1], -1, block_size)
+  codes = codes.reshape(*codes.shape[:-1], codes.shape[-1] // block_size,
+                        block_size)
   vals = _element_values(codes, mx)
   sc = jnp.moveaxis(scales, axis, -1)
   if mx.power_of_two_scales:
@@ -602,7 +603,7 @@ def _dequantize_jit(data, scales, tensor_scale, fmt_name: str, axis: int,
   out = jnp.where(finite, sign | out, bits)
   out = jnp.where(nan_block[..., None], _U32(_NAN), out)
   out = lax.bitcast_convert_type(out, jnp.float32)
-  out = out.reshape(*out.shape[:-2], -1)[..., :length]
+  out = mx_pack.merge_last(out)[..., :length]
   return jnp.moveaxis(out, -1, axis)
 
 

@@ -38,6 +38,11 @@ def packed_length(n: int, bits: int) -> int:
 # strided slices of the codes would make it recompute them scalar by scalar.
 
 
+def merge_last(x: jax.Array) -> jax.Array:
+  """Merges the last two axes (explicit sizes: zero-size arrays stay fine)."""
+  return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+
+
 def pack(codes: jax.Array, bits: int) -> jax.Array:
   """Packs uint8 codes (low ``bits`` bits used) along the last axis."""
   codes = codes.astype(_U8)
@@ -52,7 +57,7 @@ def pack(codes: jax.Array, bits: int) -> jax.Array:
   v = ((w & 0x3F) | ((w >> 2) & 0xFC0) | ((w >> 4) & 0x3F000)
        | ((w >> 6) & 0xFC0000))
   out = lax.bitcast_convert_type(v, _U8)[..., :3]
-  return out.reshape(*codes.shape[:-1], -1)
+  return merge_last(out)
 
 
 def unpack(data: jax.Array, bits: int) -> jax.Array:
@@ -64,11 +69,11 @@ def unpack(data: jax.Array, bits: int) -> jax.Array:
     d = data.astype(jnp.uint16)
     w = (d & 0xF) | ((d & 0xF0) << 4)
     out = lax.bitcast_convert_type(w, _U8)
-    return out.reshape(*data.shape[:-1], -1)
+    return merge_last(out)
   g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
   g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
   v = lax.bitcast_convert_type(g, jnp.uint32)
   w = ((v & 0x3F) | ((v << 2) & 0x3F00) | ((v << 4) & 0x3F0000)
        | ((v << 6) & 0x3F000000))
   out = lax.bitcast_convert_type(w, _U8)
-  return out.reshape(*data.shape[:-1], -1)
+  return merge_last(out)
