@@ -1,0 +1,26 @@
+"""examples/neuroevolution.py --quick: an fp8 population trains as well."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_neuroevolution_quick_fp8_matches_fp32():
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_ROOT, "examples", "neuroevolution.py"),
+       "--quick"], capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  m = re.fullmatch(r"final_loss fp32=(\S+) fp8=(\S+) initial=(\S+)", lines[-1])
+  assert m, lines[-1]
+  fp32, fp8, initial = map(float, m.groups())
+  assert abs(fp8 - fp32) <= 0.1 * fp32, (fp32, fp8)
+  assert max(fp32, fp8) < initial / 10, (fp32, fp8, initial)
+  # Both runs report their population's memory: fp8 is a quarter of fp32.
+  mib = [float(x) for x in re.findall(r"population\s+([\d.]+) MiB", proc.stdout)]
+  assert len(mib) == 2 and abs(mib[1] * 4 - mib[0]) < 0.02, mib
