@@ -19,6 +19,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8._src import install as install_lib
+from jaxfp8.nn.initializers import FormatRangeWarning
 
 FP8 = ["float8_e4m3fn", "float8_e5m2"]
 KEY = jax.random.key(7)
@@ -198,7 +199,9 @@ def test_prebuilt_and_new_initializers_agree(fmt):
     fresh = jax.nn.initializers.lecun_normal()
     a, b = prebuilt(KEY, (64, 32), fmt), fresh(KEY, (64, 32), fmt)
     orth = jax.nn.initializers.orthogonal(0.7)(KEY, (16, 16), fmt)
-    const = jax.nn.initializers.constant(1e6)(KEY, (2,), fmt)
+    with pytest.warns(FormatRangeWarning, match="saturate") as record:
+      const = jax.nn.initializers.constant(1e6)(KEY, (2,), fmt)
+    assert record[0].filename == __file__  # points at the caller
   np.testing.assert_array_equal(as_f64(a), as_f64(want))
   np.testing.assert_array_equal(as_f64(b), as_f64(want))
   np.testing.assert_array_equal(as_f64(orth), as_f64(jaxfp8.cast(

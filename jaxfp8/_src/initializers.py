@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Literal
@@ -153,8 +154,17 @@ def _fitting_formats(law: Law, fmt: formats.Format) -> list[str]:
           and law.saturated_mass(f) < _FIT_SATURATION]
 
 
-def check_range(fn: str, law: Law | None, fmt: formats.Format,
-                stacklevel: int = 3) -> None:
+def _caller_stacklevel() -> int:
+  """``warnings.warn`` stacklevel of the first frame outside jaxfp8 and JAX
+  (user code, or the Flax/Haiku layer), seen from :func:`check_range`."""
+  level, frame = 1, sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None and frame.f_globals.get(
+      "__name__", "").split(".")[0] in ("jaxfp8", "jax"):
+    frame, level = frame.f_back, level + 1
+  return level
+
+
+def check_range(fn: str, law: Law | None, fmt: formats.Format) -> None:
   """Warns (or raises for E8M0) when ``law`` doesn't fit ``fmt``.
 
   Raises:
@@ -183,7 +193,7 @@ def check_range(fn: str, law: Law | None, fmt: formats.Format,
       f"`{fn}` was asked for weights from {law.describe()} in {fmt.name}, but {problem}: "
       f"{fmt.name} holds magnitudes from {fmt.min_subnormal:g} (smallest "
       f"nonzero) to {fmt.max:g}. {advice}.",
-      FormatRangeWarning, stacklevel=stacklevel)
+      FormatRangeWarning, stacklevel=_caller_stacklevel())
 
 
 # ---------------------------------------------------------------------------
