@@ -154,18 +154,23 @@ def test_perturbation_errors():
     es.perturbations(key, 4, (3, -1), "e4m3")
 
 
-@pytest.mark.parametrize("fmt", ["float32", "float8_e4m3fn", "float6_e2m3fn",
-                                 "float4_e2m1fn"])
+@pytest.mark.parametrize("fmt", POP_DTYPES)
 def test_sample_population_nearest_is_cast_of_mean_plus_sigma_eps(fmt):
   key = jax.random.key(11)
-  mean = jnp.linspace(-3.0, 3.0, 50)
-  # Powers of two: sigma * eps is exact, so a fused multiply-add under jit
-  # and the separate product here round the same sum once.
-  sigma = 2.0 ** jnp.arange(-7, 3, dtype=jnp.float32).repeat(5)
+  # Means from far beyond max (saturation) down to subnormals and zero, with
+  # ties; powers of two for sigma: sigma * eps is exact, so a fused
+  # multiply-add under jit and the separate product here round alike.
+  f = formats.get(fmt)
+  grid = f.values if f.narrow else np.geomspace(1e-40, 1e38, 60)
+  mags = np.concatenate([[0.0, 1e30, min(f.max * 1.01, 3e38)], grid[-40:],
+                         grid[grid > 0][:20] * 1.5])
+  mean = jnp.asarray(np.concatenate([mags, -mags]), jnp.float32)
+  size = mean.shape[0]
+  sigma = jnp.asarray(2.0 ** (np.arange(size) % 12 - 10), jnp.float32)
   pop = es.sample_population(key, mean, sigma, 12, fmt)
-  eps = es.perturbations(jax.random.split(key)[0], 12, (50,), fmt)
+  eps = es.perturbations(jax.random.split(key)[0], 12, (size,), fmt)
   want = jaxfp8.cast(mean + sigma * _values(eps).astype(np.float32), fmt)
-  assert pop.shape == (12, 50) and pop.dtype == want.dtype
+  assert pop.shape == (12, size) and pop.dtype == want.dtype
   np.testing.assert_array_equal(_codes(pop), _codes(want))
 
 
