@@ -69,23 +69,39 @@ def _is_active() -> bool:
 # Reading the dtype of a call.
 
 
-def _narrow_dtype(sig: inspect.Signature, args, kwargs
-                  ) -> formats.Format | None:
-  """The narrow format a call asks for, or None (wide, or a call that the
-  original will reject with its own error)."""
+def _narrow_call(sig: inspect.Signature, args, kwargs
+                 ) -> tuple[inspect.BoundArguments, formats.Format] | None:
+  """(arguments with defaults, narrow format) of a call asking for a narrow
+  ``dtype``; None for a wide one, or a call the original will reject with
+  its own error."""
   try:
     bound = sig.bind(*args, **kwargs)
   except TypeError:
     return None
   bound.apply_defaults()
   dtype = bound.arguments.get("dtype")
-  if dtype is None:
-    return None
   try:
-    dtype = np.dtype(dtype)
+    dtype = None if dtype is None else np.dtype(dtype)
   except TypeError:
     return None
-  return formats.get(dtype) if formats.is_narrow(dtype) else None
+  if not formats.is_narrow(dtype):
+    return None
+  return bound, formats.get(dtype)
+
+
+def _routed(original: Callable, narrow: Callable[..., Any]) -> Callable:
+  """``original``'s twin (name, doc, signature): wide calls go to it,
+  narrow ones (while installed) to ``narrow(bound, fmt, caller_frame)``."""
+  sig = inspect.signature(original)
+
+  @functools.wraps(original)
+  def routed(*args, **kwargs):
+    call = _narrow_call(sig, args, kwargs) if _is_active() else None
+    if call is None:
+      return original(*args, **kwargs)
+    return narrow(*call, sys._getframe(1))  # pylint: disable=protected-access
+  routed.jaxfp8_original = original
+  return routed
 
 
 def _refuse_unholdable(fmt: formats.Format, frame: types.FrameType | None,
@@ -140,78 +156,54 @@ class _Product:
 
 
 def _random_shim(original: Callable, replacement: Callable) -> Callable:
-  sig = inspect.signature(original)
   accepted = inspect.signature(replacement).parameters
+  what = f"jax.random.{original.__name__}"
 
-  @functools.wraps(original)
-  def shim(*args, **kwargs):
-    fmt = _narrow_dtype(sig, args, kwargs) if _is_active() else None
-    if fmt is None:
-      return original(*args, **kwargs)
-    caller = sys._getframe(1)  # pylint: disable=protected-access
+  def narrow(bound, fmt, caller):
     site = _SITES.get(caller.f_code)
     if site is not None and caller.f_lasti in site.offsets:
       return _Product(site.answer(caller, fmt))
-    _refuse_unholdable(fmt, caller, f"jax.random.{original.__name__}")
-    # By name; jaxfp8's samplers take jax.random's arguments (an unset
+    _refuse_unholdable(fmt, caller, what)
+    # By name: jaxfp8's samplers take jax.random's arguments (an unset
     # option of JAX's that ours lacks is dropped).
-    return replacement(**{k: v for k, v in
-                          sig.bind(*args, **kwargs).arguments.items()
+    return replacement(**{k: v for k, v in bound.arguments.items()
                           if k in accepted or v is not None})
-  shim.jaxfp8_original = original
-  return shim
+  return _routed(original, narrow)
 
 
 def _routed_init(jax_init: Callable, narrow_init: Callable[[], Callable],
-                 name: str) -> Callable:
-  """An init with ``jax_init``'s signature: narrow dtypes go to jaxfp8."""
-  sig = inspect.signature(jax_init)
-
-  @functools.wraps(jax_init)
-  def init(*args, **kwargs):
-    fmt = _narrow_dtype(sig, args, kwargs) if _is_active() else None
-    if fmt is None:
-      return jax_init(*args, **kwargs)
-    _refuse_unholdable(fmt, sys._getframe(1),  # pylint: disable=protected-access
-                       f"jax.nn.initializers.{name}")
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
+                 what: str) -> Callable:
+  """An init like ``jax_init``: narrow dtypes go to ``narrow_init()``."""
+  def narrow(bound, fmt, caller):
+    _refuse_unholdable(fmt, caller, what)
     return narrow_init()(*bound.args, **bound.kwargs)
-  return init
+  return _routed(jax_init, narrow)
 
 
 def _factory_shim(original: Callable, replacement: Callable) -> Callable:
+  what = f"jax.nn.initializers.{original.__name__}"
+
   @functools.wraps(original)
   def factory(*args, **kwargs):
     return _routed_init(original(*args, **kwargs),
-                        lambda: replacement(*args, **kwargs),
-                        original.__name__)
+                        lambda: replacement(*args, **kwargs), what)
   factory.jaxfp8_original = original
   return factory
 
 
 def _init_shim(original: Callable, replacement: Callable) -> Callable:
-  init = _routed_init(original, lambda: replacement, original.__name__)
-  init.jaxfp8_original = original
-  return init
+  return _routed_init(original, lambda: replacement,
+                      f"jax.nn.initializers.{original.__name__}")
 
 
 def _haiku_shim(original: Callable) -> Callable:
   """Haiku ``Initializer.__call__``: narrow formats in float32, rounded once."""
-  sig = inspect.signature(original)
-
-  @functools.wraps(original)
-  def __call__(*args, **kwargs):  # pylint: disable=invalid-name
-    fmt = _narrow_dtype(sig, args, kwargs) if _is_active() else None
-    if fmt is None:
-      return original(*args, **kwargs)
-    _refuse_unholdable(fmt, sys._getframe(0),  # pylint: disable=protected-access
-                       f"haiku.initializers.{type(args[0]).__name__}")
-    bound = sig.bind(*args, **kwargs)
+  def narrow(bound, fmt, caller):
+    cls = type(next(iter(bound.arguments.values()))).__name__
+    _refuse_unholdable(fmt, caller, f"haiku.initializers.{cls}")
     bound.arguments["dtype"] = jnp.float32
     return cast(original(*bound.args, **bound.kwargs), fmt)
-  __call__.jaxfp8_original = original
-  return __call__
+  return _routed(original, narrow)
 
 
 # ---------------------------------------------------------------------------
