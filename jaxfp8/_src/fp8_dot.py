@@ -32,6 +32,7 @@ import numpy as np
 from jaxfp8._src import formats
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.kernels import scaled_matmul as kernels_scaled_matmul
 from jaxfp8._src.scaling import _quantize_raw
 from jaxfp8._src.scaling import amax
 from jaxfp8._src.scaling import CurrentScaling
@@ -58,8 +59,10 @@ def _matmul(lhs_q, rhs_q, dimension_numbers) -> jax.Array:
   a, b = _operand(lhs_q), _operand(rhs_q)
   if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
     a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-  return lax.dot_general(a, b, dimension_numbers,
-                         preferred_element_type=jnp.float32)
+  # On a GPU, fp8 x fp8 products run in jaxfp8's Pallas kernel; elsewhere
+  # (and for batched or wide operands) this is lax.dot_general itself.
+  return kernels_scaled_matmul.dot_general(
+      a, b, dimension_numbers, preferred_element_type=jnp.float32)
 
 
 def _kept(ndim: int, *groups) -> list[int]:
