@@ -10,7 +10,6 @@ jax.random spends on the float32 transformation.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -20,26 +19,20 @@ from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import formats
 
 
-@functools.partial(jax.jit, static_argnames=("dist", "static"))
-def _draw(key, arrays: dict[str, Any], *, dist: str,
-          static: tuple[tuple[str, Any], ...]):
-  return getattr(jax.random, dist)(key, dtype=jnp.float32, **dict(static),
-                                   **arrays)
-
-
 def sample(key: jax.Array, dist: str, fmt: formats.Format,
            arrays: dict[str, jax.Array], static: dict[str, Any],
            rounding: str = "nearest"):
   """Draws ``jax.random.<dist>(key, dtype=float32, **static, **arrays)`` and
   rounds it into ``fmt``; returns a native array or uint8 codes.
 
-  The draw and the rounding are compiled apart (once per distribution, once
-  per format), not once per pair; under an enclosing ``jit`` they fuse.
+  The draw is jax.random's own (compiled once per distribution and shape,
+  shared with direct jax.random calls), the rounding jaxfp8's (once per
+  format and shape); under an enclosing ``jit`` they fuse.
   """
   rand = None
   if rounding == "stochastic":
     key, rkey = jax.random.split(key)
-  x = _draw(key, arrays, dist=dist, static=tuple(sorted(static.items())))
+  x = getattr(jax.random, dist)(key, dtype=jnp.float32, **static, **arrays)
   if rounding == "stochastic":
     rand = jax.random.bits(rkey, x.shape, jnp.uint32)
   return cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access

@@ -63,6 +63,14 @@ def as_float32(x: Any, arg: str, fn: str) -> jax.Array:
   return x.astype(jnp.float32)
 
 
+def as_jax_param(x: Any, arg: str, fn: str) -> Any:
+  """A parameter as jax.random takes it: narrow formats decoded to float32,
+  Python numbers left weakly typed, other arrays unchanged."""
+  if isinstance(x, (int, float)) and not isinstance(x, bool):
+    return x
+  return as_float32(x, arg, fn)
+
+
 def concrete_scalar(x: Any) -> float | None:
   """The value of a concrete 0-d parameter, or None if traced or per-element.
 

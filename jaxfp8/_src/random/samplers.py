@@ -79,7 +79,7 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
     table_bits = table_method.check_bits(table_bits, fn)
   chosen = _resolve_method(method, rounding, fn, scalars, fmt, fn)
   if chosen == "cast":
-    arrays = {k: common.as_float32(v, k, fn) for k, v in params.items()}
+    arrays = {k: common.as_jax_param(v, k, fn) for k, v in params.items()}
     if shape is not None:
       static["shape"] = shape
     out = common.wrap(cast_method.sample(key, fn, fmt, arrays, static,
