@@ -378,7 +378,8 @@ _NV_SCALE_ROUNDING = {"floor": "down", "ceil": "up", "rceil": "up",
 _NV_RANGE = 6.0 * 448.0
 
 
-def _quantize_mx(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
+def _quantize_mx(bits, rand, mx: MXFormat, mode: str, rounding: str):
+  mag, sign = bits & 0x7FFFFFFF, bits & _U32(0x80000000)
   amax = jnp.max(mag, axis=-1)
   bad, zero = amax >= _INF, amax == 0
   k = _scale_exponents(jnp.where(bad | zero, _U32(0x3F800000), amax), mx, mode)
@@ -391,10 +392,17 @@ def _quantize_mx(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   return codes, scales, None
 
 
-def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
-  finite = jnp.where(mag >= _INF, _U32(0), mag)
-  bmax = jnp.max(finite, axis=-1)  # ldexp is monotone: block max of x / 2^j
-  bad = jnp.max(mag, axis=-1) >= _INF
+def _finite_magnitude(bits):
+  mag = bits & 0x7FFFFFFF
+  return jnp.where(mag >= _INF, _U32(0), mag)
+
+
+def _quantize_nv(bits, rand, mx: MXFormat, mode: str, rounding: str):
+  bmax = jnp.max(bits & 0x7FFFFFFF, axis=-1)  # NaN sorts above Inf
+  bad = bmax >= _INF
+  # The tensor's amax is over the blocks without NaN or Inf (those decode to
+  # NaN whatever their scale); from block maxima, so x is read once for it.
+  bmax = jnp.where(bad, _U32(0), bmax)
   tamax = jnp.max(bmax, initial=0)
   e, s = _split(jnp.where(tamax == 0, _U32(0x3F800000), tamax))
   j = e - 127 - math.floor(math.log2(_NV_RANGE))
@@ -402,10 +410,7 @@ def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
   j = jnp.where(tamax == 0, 0, jnp.clip(j, -126, 127))
   tensor_scale = lax.bitcast_convert_type(((j + 127) << 23).astype(_U32),
                                           jnp.float32)
-  # |x| / 2^j <= 2688; exact except below float32's normal range, where the
-  # quotients by the scale below round to zero either way.
-  xs = _ldexp(finite, -j)
-  bamax = _ldexp(bmax, -j)
+  bamax = _ldexp(bmax, -j)  # ldexp is monotone: the block max of x / 2^j
   # Division is correctly rounded, and a quotient by 6 (or by a 4-bit scale,
   # below) never rounds onto a rounding boundary of a coarser grid unless it
   # is exactly there, so rounding the float32 quotient again is exact.
@@ -416,12 +421,34 @@ def _quantize_nv(mag, sign, rand, mx: MXFormat, mode: str, rounding: str):
     sc = jnp.where((bmax > 0) & (sc == 0), jnp.uint8(1), sc)
   sc = jnp.where(bad, jnp.uint8(mx.scale.nan_code), sc)
   sv = lax.bitcast_convert_type(sc, mx.scale.dtype).astype(jnp.float32)
-  ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
-  ym = lax.bitcast_convert_type(ym, _U32)
-  # Tiny (float32 subnormal) quotients round to zero: keep their sign exactly.
-  ym = jnp.where((xs < 0x800000) | (sc == 0)[..., None], _U32(0), ym)
-  codes = _element_codes(sign | ym, rand, mx, rounding)
-  codes = jnp.where(bad[..., None], jnp.uint8(0), codes)
+
+  def exact(bits, sv, rand):
+    # |x| / 2^j <= 2688: exact except below float32's normal range, where the
+    # quotients by the scale round to zero either way.
+    xs = _ldexp(_finite_magnitude(bits), -j)
+    ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
+    ym = jnp.where(xs < 0x800000, _U32(0), lax.bitcast_convert_type(ym, _U32))
+    return element_codes(bits, ym, rand)
+
+  def fast(bits, sv, rand):
+    # For -91 <= j <= 118 every nonzero s * 2^j is a normal float32 >= 2^-100:
+    # one division gives the same correctly rounded quotient, and inputs XLA
+    # treats as zero (subnormals) have quotients < 2^-26, which round to zero.
+    big = _ldexp(lax.bitcast_convert_type(sv, _U32), jnp.full(sv.shape, j))
+    ym = (lax.bitcast_convert_type(_finite_magnitude(bits), jnp.float32)
+          / lax.bitcast_convert_type(big, jnp.float32)[..., None])
+    return element_codes(bits, lax.bitcast_convert_type(ym, _U32)
+                         & 0x7FFFFFFF, rand)
+
+  def element_codes(bits, ym, rand):
+    ym = jnp.where((sc == 0)[..., None], _U32(0), ym)
+    codes = _element_codes((bits & _U32(0x80000000)) | ym, rand, mx, rounding)
+    return jnp.where(bad[..., None], jnp.uint8(0), codes)
+
+  # One branch runs, whole: the exact one only for tensors near float32's
+  # ends. Passing the input bits (not derived arrays) keeps each branch one
+  # fused loop.
+  codes = lax.cond((j >= -91) & (j <= 118), fast, exact, bits, sv, rand)
   return codes, sc, tensor_scale
 
 
@@ -432,10 +459,8 @@ def _quantize_jit(x, rand, fmt_name: str, block_size: int, axis: int,
   bits = lax.bitcast_convert_type(_to_blocks(x, axis, block_size), _U32)
   if rand is not None:
     rand = _to_blocks(rand, axis, block_size)
-  mag, sign = bits & 0x7FFFFFFF, bits & _U32(0x80000000)
   quantize_blocks = _quantize_mx if mx.power_of_two_scales else _quantize_nv
-  codes, scales, tensor_scale = quantize_blocks(mag, sign, rand, mx, mode,
-                                                rounding)
+  codes, scales, tensor_scale = quantize_blocks(bits, rand, mx, mode, rounding)
   codes = mx_pack.merge_last(codes)
   if mx.bits == 8 and mx.element is not _INT8:
     data = lax.bitcast_convert_type(codes, mx.element.dtype)
@@ -501,7 +526,8 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
   NaN or Inf gets scale code 0xFF and decodes to NaN in every element.
 
   ``nvfp4`` (blocks of 16, E4M3 scales): the per-tensor scale is the power of
-  two 2^j, the smallest with amax(tensor) <= 6 * 448 * 2^j (NVIDIA's recipe
+  two 2^j, the smallest with amax <= 6 * 448 * 2^j, amax taken over the
+  blocks without NaN or Inf (NVIDIA's recipe
   uses amax / 2688, which is within a factor 2; a power of two keeps every
   step exact). Block scales are amax / (6 * 2^j) rounded into E4M3: down for
   ``"floor"``, up for ``"ceil"`` and ``"rceil"``, to nearest for ``"even"``.
