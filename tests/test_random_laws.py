@@ -1,0 +1,188 @@
+"""The laws behind jaxfp8.random, checked without sampling.
+
+- ``laws.rounded_law`` against scipy.stats CDFs (an independent reference);
+- the exact method's tables: the law they sample, read back from the tables,
+  equals the 2^-32-quantized rounded law value by value (so every probability
+  is within 2^-32, and dyadic laws are exact);
+- the table method's law: within 2^-16 of the rounded law;
+- the pooled refinement: distinct slots per sample, fresh bits on overflow.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxfp8 import formats
+from jaxfp8._src import laws
+from jaxfp8._src.random import bits as bits_lib
+from jaxfp8._src.random import exact
+from jaxfp8._src.random import table as table_method
+
+FORMATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float4_e2m1fn",
+           "float6_e2m3fn", "float6_e3m2fn", "float8_e3m4")
+
+# (name, params, the same law in scipy.stats)
+LAWS = [
+    ("uniform", {"minval": -3.0, "maxval": 5.0}, stats.uniform(-3.0, 8.0)),
+    ("normal", {}, stats.norm()),
+    ("truncated_normal", {"lower": -2.0, "upper": 3.0},
+     stats.truncnorm(-2.0, 3.0)),
+    ("truncated_normal", {"lower": 4.0, "upper": 9.0},
+     stats.truncnorm(4.0, 9.0)),
+    ("laplace", {}, stats.laplace()),
+    ("logistic", {}, stats.logistic()),
+    ("exponential", {}, stats.expon()),
+    ("gumbel", {}, stats.gumbel_r()),
+    ("cauchy", {}, stats.cauchy()),
+    ("lognormal", {"sigma": 0.5}, stats.lognorm(0.5)),
+    ("rayleigh", {"scale": 2.0}, stats.rayleigh(scale=2.0)),
+    ("maxwell", {}, stats.maxwell()),
+    ("double_sided_maxwell", {"loc": 1.0, "scale": 0.5}, None),
+    ("weibull_min", {"scale": 1.5, "concentration": 2.0},
+     stats.weibull_min(2.0, scale=1.5)),
+    ("pareto", {"b": 3.0}, stats.pareto(3.0)),
+    ("triangular", {"left": -1.0, "mode": 0.5, "right": 2.0},
+     stats.triang(0.5, loc=-1.0, scale=3.0)),
+]
+
+
+def law_id(case):
+  return case[0] + "".join(f"-{v:g}" for v in case[1].values())
+
+
+def scipy_law(dist, fmt):
+  m = laws.boundaries(fmt)
+  with np.errstate(over="ignore"):
+    lo = np.concatenate([[0.0], dist.cdf(m)])
+    hi = np.concatenate([dist.sf(m), [0.0]])
+  # Differences of the CDF on the left, of the SF on the right.
+  left = np.diff(np.concatenate([lo, [1.0]]))
+  right = -np.diff(np.concatenate([[1.0], hi]))
+  return np.where(np.concatenate([m, [np.inf]]) <= dist.median(), left, right)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", LAWS, ids=law_id)
+def test_rounded_law_matches_scipy(case, fmt):
+  name, params, dist = case
+  values, probs = laws.rounded_law(name, fmt, **params)
+  np.testing.assert_array_equal(values, formats.get(fmt).values)
+  assert np.all(probs >= 0) and abs(probs.sum() - 1) < 1e-12
+  if dist is None:  # double-sided Maxwell: +-Maxwell, shifted and scaled
+    m = (laws.boundaries(fmt) - params["loc"]) / params["scale"]
+    mx = stats.maxwell()
+    cdf = np.where(m < 0, 0.5 * mx.sf(-m), 0.5 + 0.5 * mx.cdf(m))
+    want = np.diff(np.concatenate([[0.0], cdf, [1.0]]))
+    np.testing.assert_allclose(probs, want, rtol=1e-9, atol=1e-15)
+    return
+  np.testing.assert_allclose(probs, scipy_law(dist, fmt), rtol=1e-9,
+                             atol=1e-15)
+
+
+def sampled_law(plan, fmt) -> np.ndarray:
+  """The law the exact method samples, read back from its tables (2^32 units)."""
+  width, main, b, t = plan
+  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
+  q = np.zeros(len(formats.get(fmt).values), np.int64)
+  unit = 1 << (32 - width)
+  for j, c in enumerate(main):
+    if j < len(b):  # split bucket: t to main[j], the rest to b[j]
+      q[index[int(c)]] += int(t[j])
+      q[index[int(b[j])]] += (1 << 16) - int(t[j])
+    else:
+      q[index[int(c)]] += unit
+  return q
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", LAWS, ids=law_id)
+def test_exact_tables_sample_the_law_within_2_to_minus_32(case, fmt):
+  name, params, _ = case
+  plan = exact.plan(name, fmt, tuple(sorted(params.items())))
+  q = sampled_law(plan, fmt)
+  assert q.sum() == 2**32
+  _, probs = laws.rounded_law(name, fmt, **params)
+  np.testing.assert_array_equal(q, laws.quantize(probs, 32))
+  assert np.all(np.abs(q / 2**32 - probs) < 2**-32)
+  assert len(plan[2]) < len(probs)  # at most one split bucket per value
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("bounds", [(0.0, 1.0), (-1.0, 1.0), (-0.25, 0.75),  # widths 2^k
+                                    (0.0, 2.0**-6)])
+def test_dyadic_uniform_is_exact(fmt, bounds):
+  lo, hi = bounds
+  params = {"minval": lo, "maxval": hi}
+  _, probs = laws.rounded_law("uniform", fmt, **params)
+  q = sampled_law(exact.plan("uniform", fmt, tuple(sorted(params.items()))),
+                  fmt)
+  np.testing.assert_array_equal(q / 2**32, probs)  # equal, not close
+
+
+def test_few_bits_where_the_law_allows():
+  e4m3 = formats.get("e4m3")
+  assert exact.bits_per_sample("uniform", e4m3, {}) == 16
+  assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 8
+  assert exact.bits_per_sample("normal", e4m3, {}) == 18
+  # e5m2's U[0,1) has an atom of 2^-17 at zero: one split bucket.
+  assert len(exact.plan("uniform", "float8_e5m2", ())[2]) == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS[:5])
+@pytest.mark.parametrize("table_bits", [8, 16])
+@pytest.mark.parametrize("case", LAWS[:4], ids=law_id)
+def test_table_law_within_resolution(case, table_bits, fmt):
+  name, params, _ = case
+  _, exact_p = laws.rounded_law(name, fmt, **params)
+  _, table_p = table_method.table_law(name, fmt, table_bits=table_bits,
+                                      **params)
+  assert abs(table_p.sum() - 1) < 1e-12
+  assert np.all(np.abs(table_p - exact_p) <= 2.0**-table_bits)
+  assert np.all(table_p * 2**table_bits == np.round(table_p * 2**table_bits))
+
+
+def test_quantize_is_within_one_unit_and_keeps_dyadic_laws():
+  rng = np.random.default_rng(0)
+  p = rng.dirichlet(np.ones(200))
+  q = laws.quantize(p, 32)
+  assert q.sum() == 2**32 and np.all(np.abs(q / 2**32 - p) < 2**-32)
+  d = np.array([2.0**-17, 0.5 - 2.0**-17, 0.5])
+  np.testing.assert_array_equal(laws.quantize(d, 32), d * 2**32)
+
+
+def test_chi_square_pools_small_bins_and_flags_impossible_values():
+  probs = np.array([1e-7, 0.5, 0.5 - 2e-7, 1e-7])
+  counts = np.array([0, 500, 500, 0])
+  stat, dof, p = laws.chi_square(counts, probs)
+  assert dof == 1 and p > 0.5
+  assert laws.chi_square(np.array([1, 499, 500, 0]),
+                         np.array([0.0, 0.5, 0.5, 0.0]))[2] == 0.0
+  assert laws.chi_square(np.array([700, 300]), np.array([0.5, 0.5]))[2] < 1e-20
+
+
+def test_refinement_gives_each_split_sample_its_own_slot():
+  n = 64 * 32
+  rng = np.random.default_rng(1)
+  split = rng.random(n) < 0.05
+  split = split.reshape(-1, 32)
+  split[:, :] &= np.cumsum(split, axis=1) <= exact._SLOTS  # no overflow
+  split = split.ravel()
+  key = jax.random.key(3)
+  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  k_pool, _ = jax.random.split(key)
+  pool = np.asarray(bits_lib.uint16(k_pool, n // 32 * exact._SLOTS)).reshape(
+      -1, exact._SLOTS)
+  for g in range(n // 32):
+    lanes = np.flatnonzero(split[g * 32:(g + 1) * 32])
+    np.testing.assert_array_equal(r[g * 32 + lanes], pool[g, :len(lanes)])
+
+
+def test_refinement_overflow_takes_a_fresh_stream():
+  n = 128
+  split = np.zeros(n, bool)
+  split[:exact._SLOTS + 1] = True  # one group needs five slots
+  key = jax.random.key(4)
+  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  _, k_fallback = jax.random.split(key)
+  np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
