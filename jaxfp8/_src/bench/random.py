@@ -1,0 +1,108 @@
+"""``python -m jaxfp8 bench random``: narrow-format samplers against jax.random.
+
+For each distribution and format, times side by side in one run (interleaved
+medians, every function jitted, 2^22 samples by default):
+
+- ``f32->fmt``: ``jax.random.<dist>(key, shape, jnp.float32).astype(fmt)``,
+  the usual workaround -- the baseline of every ratio;
+- ``native``: ``jax.random.<dist>(key, shape, fmt)`` where JAX accepts it
+  (its samples are wrong: see docs/random.md);
+- ``exact``, ``table``, ``cast``: ``jaxfp8.random.<dist>(..., method=...)``.
+
+Prints a markdown table of samples/s and ratios (higher is faster).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxfp8._src import formats
+from jaxfp8._src.bench import _timing
+from jaxfp8._src.random import exact as exact_method
+from jaxfp8._src.random import samplers
+
+# name -> (jax.random call with a dtype, jaxfp8.random call with a method)
+_DISTS: dict[str, tuple[Callable, Callable]] = {
+    "uniform": (lambda k, s, d: jax.random.uniform(k, s, d),
+                lambda k, s, d, m: samplers.uniform(k, s, d, method=m)),
+    "normal": (lambda k, s, d: jax.random.normal(k, s, d),
+               lambda k, s, d, m: samplers.normal(k, s, d, method=m)),
+    "truncated_normal": (
+        lambda k, s, d: jax.random.truncated_normal(k, -2.0, 2.0, s, d),
+        lambda k, s, d, m: samplers.truncated_normal(k, -2.0, 2.0, s, d,
+                                                     method=m)),
+    "exponential": (lambda k, s, d: jax.random.exponential(k, s, d),
+                    lambda k, s, d, m: samplers.exponential(k, s, d,
+                                                            method=m)),
+    "laplace": (lambda k, s, d: jax.random.laplace(k, s, d),
+                lambda k, s, d, m: samplers.laplace(k, s, d, method=m)),
+}
+_LAW_PARAMS = {"truncated_normal": {"lower": -2.0, "upper": 2.0}}
+METHODS = ("exact", "table", "cast")
+
+
+def _native_works(jax_fn, fmt) -> bool:
+  try:
+    jax.block_until_ready(jax_fn(jax.random.key(0), (8,), fmt.dtype))
+    return True
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def run(dists, fmts, n: int, repeats: int) -> list[list[object]]:
+  """Rows ``[dist, format, variant, bits/sample, Msamples/s, x f32->fmt,
+  x native]``."""
+  key = jax.random.key(0)
+  shape = (n,)
+  rows = []
+  for dist in dists:
+    jax_fn, our_fn = _DISTS[dist]
+    for name in fmts:
+      fmt = formats.get(name)
+      fns = {"f32->fmt": jax.jit(
+          lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(k, shape, jnp.float32)
+          .astype(fmt.dtype))}
+      if fmt.native and _native_works(jax_fn, fmt):
+        fns["native"] = jax.jit(lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(
+            k, shape, fmt.dtype))
+      for m in METHODS:
+        fns[m] = jax.jit(lambda k, our_fn=our_fn, fmt=fmt, m=m: our_fn(
+            k, shape, fmt.name, m))
+      times = _timing.interleaved_medians(
+          {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
+      base, native = times["f32->fmt"], times.get("native")
+      bits = {"f32->fmt": 32, "native": 32, "cast": 32, "table": 16,
+              "exact": exact_method.bits_per_sample(
+                  dist, fmt, _LAW_PARAMS.get(dist, {}))}
+      for variant, t in times.items():
+        rows.append([dist, fmt.name, variant, f"{bits[variant]:g}",
+                     f"{n / t / 1e6:.1f}", f"{base / t:.2f}",
+                     f"{native / t:.2f}" if native else "n/a"])
+  return rows
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(prog="jaxfp8 bench random",
+                                   description=__doc__.splitlines()[0])
+  parser.add_argument("--log2n", type=int, default=22,
+                      help="samples per call: 2^log2n (default 22)")
+  parser.add_argument("--repeats", type=int, default=9)
+  parser.add_argument("--formats", nargs="+",
+                      default=["float8_e4m3fn", "float8_e5m2"])
+  parser.add_argument("--dists", nargs="+", choices=sorted(_DISTS),
+                      default=["uniform", "normal", "truncated_normal"])
+  args = parser.parse_args(argv)
+  rows = run(args.dists, args.formats, 2**args.log2n, args.repeats)
+  print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
+        f"JAX {jax.__version__}, {jax.default_backend()} "
+        f"({platform.machine()}, {jax.device_count()} device(s)), "
+        f"2^{args.log2n} samples, median of {args.repeats}")
+  print(_timing.markdown_table(
+      ["dist", "format", "variant", "bits/sample", "Msamples/s",
+       "x f32->fmt", "x native"], rows))
+  return 0
