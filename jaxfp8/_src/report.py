@@ -290,6 +290,10 @@ def _short(text: str, width: int = 90) -> str:
   return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _percent(x: float) -> str:
+  return f"{x:.0%}" if x >= 0.01 else f"{x:.2%}"
+
+
 def judge(op: report_worker.Op, result: dict[str, Any] | None,
           law: report_laws.Law | None, n_expected: int) -> Cell:
   """The verdict and the table text for one side of one operation."""
@@ -304,7 +308,7 @@ def judge(op: report_worker.Op, result: dict[str, Any] | None,
     return Cell(status, f"{word[status]}: {_esc(_short(result['message']))}")
   if op.kind in ("sample", "init"):
     n, nan = result["n"], result["nan"]
-    cell = Cell("ok", "ok", nan=f"{nan}" + (f" ({nan / n:.0%})" if nan else ""),
+    cell = Cell("ok", "ok", nan=f"{nan} ({_percent(nan / n)})" if nan else "0",
                 distinct=str(len(result["counts"])))
     problems = []
     if result.get("wrong_dtype"):
@@ -325,7 +329,7 @@ def judge(op: report_worker.Op, result: dict[str, Any] | None,
   cell = Cell("ok", "ok", nan=str(result["nan_from_finite"]))
   problems = []
   if result["nan_from_finite"]:
-    problems.append(f"NaN from {result['nan_from_finite']} finite inputs")
+    problems.append(f"NaN for {result['nan_from_finite']} finite inputs")
   if op.kind == "dot":
     err = result.get("relerr")
     cell.distance = "rel err " + ("NaN/Inf" if err is None else f"{err:.1e}")
