@@ -118,6 +118,28 @@ def test_judge():
   assert na.verdict == "n/a" and "not available" in na.status
 
 
+@pytest.mark.parametrize("fmt", NARROW)
+def test_jaxfp8_cast_row_is_exact_in_every_format(fmt):
+  """fnuz NaN (code 0x80) has its sign bit set; E8M0 sends 0 and -1 to NaN."""
+  res = report_worker.Runner("jaxfp8", 256, 0).run(fmt, "cast with overflow")
+  assert res["status"] == "ok", res
+  assert res["mismatch"] == 0 and res["nan_from_finite"] == 0, res
+  cell = report.judge(OPS["cast with overflow"], res, None, 256)
+  assert cell.verdict == "ok", cell
+
+
+def test_native_cast_row_counts_overflow_nan():
+  res = report_worker.Runner("native", 256, 0).run("float8_e4m3fn",
+                                                  "cast with overflow")
+  x = report_worker.cast_inputs("float8_e4m3fn")
+  with np.errstate(over="ignore"):
+    want_nan = np.isnan(x.astype(jnp.float8_e4m3fn).astype(np.float64))
+  assert (want_nan & np.isfinite(x)).any()  # ml_dtypes: 465 -> NaN
+  assert res["nan_from_finite"] == int((want_nan & np.isfinite(x)).sum())
+  assert report.judge(OPS["cast with overflow"], res, None, 256).verdict == (
+      "wrong" if res["nan_from_finite"] else "ok")
+
+
 # -- crash isolation ---------------------------------------------------------------
 def test_abort_is_one_cell_and_the_rest_runs(monkeypatch):
   ops = ["cast with overflow", "constant under jit"]
