@@ -27,6 +27,7 @@ _LAZY_NAMES = {
     "install": "jaxfp8._src.install",
     "uninstall": "jaxfp8._src.install",
     "installed": "jaxfp8._src.install",
+    "is_installed": "jaxfp8._src.install",
     "Policy": "jaxfp8._src.policy",
     "get_policy": "jaxfp8._src.policy",
 }
@@ -42,5 +43,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "CodeArray", "Format", "Policy", "ROUNDINGS", "cast", "decode", "encode",
-    "formats", "get_policy", "install", "installed", "uninstall",
+    "formats", "get_policy", "install", "installed", "is_installed",
+    "uninstall",
 ]
