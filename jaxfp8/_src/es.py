@@ -379,10 +379,7 @@ class OpenAIES:
     if self.antithetic:  # eps[h + i] == -eps[i] exactly
       h = self.popsize // 2
       w, eps = w[:h] - w[h:], population[:h]
-    x = _to_float32(eps)
-    # A broadcast product and a sum fuse into one loop: no float32 copy of
-    # the population is materialized.
-    ascent = jnp.sum(w.reshape((-1,) + (1,) * (x.ndim - 1)) * x, axis=0)
+    ascent = jnp.tensordot(w, _to_float32(eps), axes=1)
     grad = -ascent / (self.popsize * state.sigma)
     updates, opt_state = self.optimizer.update(grad, state.opt_state,
                                                state.mean)
