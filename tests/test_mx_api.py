@@ -160,16 +160,26 @@ def test_stochastic_rounds_to_a_neighbour_without_bias(fmt):
   xs = np.repeat(x, n, axis=0)
   a = mx.quantize(xs, fmt, rounding="stochastic", key=jax.random.key(6))
   got = np.asarray(a.dequantize(), np.float64)
-  down = np.asarray(mx.quantize(x, fmt, rounding="down").dequantize())[0]
-  up = np.asarray(mx.quantize(x, fmt, rounding="up").dequantize())[0]
+  nearest = mx.quantize(x, fmt)
+  np.testing.assert_array_equal(a.scales[:1], nearest.scales)
+  # The neighbours of x on the block's grid, in float64 (saturating).
+  f = mx.get_format(fmt)
+  code = int(nearest.scales[0, 0])
+  if f.power_of_two_scales:
+    scale = 2.0**(code - 127)
+    grid = (np.arange(-127, 128) / 64.0 if fmt == "mxint8"
+            else f.element.values)
+  else:
+    scale = float(f.scale.code_table[code]) * float(nearest.tensor_scale)
+    grid = f.element.values
+  vals = grid * scale
+  x64 = np.clip(x[0].astype(np.float64), vals[0], vals[-1])
+  down = vals[np.searchsorted(vals, x64, side="right") - 1]
+  up = vals[np.searchsorted(vals, x64, side="left")]
   assert ((got == down) | (got == up)).all()
-  assert (got == down).any(axis=0).all() or (got == up).any(axis=0).all()
-  # Unbiased between the neighbours (saturated values sit at +-max):
-  # each element rounds up with probability frac; 5 sigma on the mean.
-  want = np.clip(x[0].astype(np.float64), np.minimum(down, up),
-                 np.maximum(down, up))
-  tol = 5 * np.abs(up - down) / 2 / math.sqrt(n) + 1e-9
-  assert (np.abs(got.mean(axis=0) - want) <= tol).all()
+  # Unbiased: each element rounds up with probability frac; 5 sigma on the mean.
+  tol = 5 * (up - down) / 2 / math.sqrt(n) + 1e-9
+  assert (np.abs(got.mean(axis=0) - x64) <= tol).all()
 
 
 # -- errors ---------------------------------------------------------------------
@@ -186,6 +196,8 @@ def test_errors():
     mx.quantize(x, "mxfp8", axis=1)
   with pytest.raises(ValueError, match="key"):
     mx.quantize(x, "mxfp8", rounding="stochastic")
+  with pytest.raises(ValueError, match="rounding"):
+    mx.quantize(x, "mxfp8", rounding="up")
   with pytest.raises(TypeError, match="x"):
     mx.quantize("abc", "mxfp8")
   with pytest.raises(TypeError, match="MXArray"):

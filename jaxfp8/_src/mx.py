@@ -30,10 +30,12 @@ from jaxfp8._src.cast import _cast_jit
 from jaxfp8._src.cast import _limit
 from jaxfp8._src.cast import _round_magnitude
 from jaxfp8._src.cast import _to_float32
-from jaxfp8._src.cast import ROUNDINGS
 
 ScaleMode = Literal["floor", "rceil", "ceil", "even"]
 SCALE_MODES: tuple[str, ...] = ("floor", "rceil", "ceil", "even")
+# Directed roundings would need the sticky bits of quotients below float32's
+# range, which the scaled values don't keep; the MX spec asks for these two.
+ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic")
 
 # name, aliases, element format, default block size, scale format.
 _MX_TABLE: tuple[tuple[str, tuple[str, ...], str, int, str], ...] = (
@@ -378,18 +380,43 @@ _NV_SCALE_ROUNDING = {"floor": "down", "ceil": "up", "rceil": "up",
 _NV_RANGE = 6.0 * 448.0
 
 
+# Below this block exponent, x * 2^-k in float32 could lose a subnormal x that
+# still matters (stochastic rounding sees 2^-32 of an element ulp).
+_MX_FAST_MIN_K = -78
+
+
 def _quantize_mx(bits, rand, mx: MXFormat, mode: str, rounding: str):
-  mag, sign = bits & 0x7FFFFFFF, bits & _U32(0x80000000)
-  amax = jnp.max(mag, axis=-1)
+  amax = jnp.max(bits & 0x7FFFFFFF, axis=-1)
   bad, zero = amax >= _INF, amax == 0
   k = _scale_exponents(jnp.where(bad | zero, _U32(0x3F800000), amax), mx, mode)
   k = jnp.where(zero, -127, k)
   scales = jnp.where(bad, 255, k + 127).astype(jnp.uint8)
-  y = _ldexp(jnp.where(mag >= _INF, _U32(0), mag), -k[..., None])
-  codes = _element_codes(sign | y, rand, mx, rounding)
-  codes = jnp.where(bad[..., None], jnp.asarray(_nan_fill(mx), codes.dtype),
-                    codes)
-  return codes, scales, None
+
+  def element_codes(bits, y, rand):
+    codes = _element_codes((bits & _U32(0x80000000)) | y, rand, mx, rounding)
+    return jnp.where(bad[..., None], jnp.asarray(_nan_fill(mx), codes.dtype),
+                     codes)
+
+  def exact(bits, k, rand):
+    return element_codes(bits, _ldexp(_finite_magnitude(bits), -k[..., None]),
+                         rand)
+
+  def fast(bits, k, rand):
+    # 2^-k is a normal float32 and products are exact where they are normal;
+    # the rest are below 2^-126 or come from subnormal x (XLA reads them as 0)
+    # with true quotients < 2^-48: both round to zero, stochastically too.
+    inv = lax.bitcast_convert_type(((127 - k) << 23).astype(_U32), jnp.float32)
+    y = lax.bitcast_convert_type(_finite_magnitude(bits),
+                                 jnp.float32) * inv[..., None]
+    return element_codes(bits, lax.bitcast_convert_type(y, _U32) & 0x7FFFFFFF,
+                         rand)
+
+  live = ~(bad | zero)
+  k_min = jnp.min(jnp.where(live, k, 0), initial=0)
+  k_max = jnp.max(jnp.where(live, k, 0), initial=0)
+  k = jnp.where(live, k, 0)  # zero and NaN blocks: any scale serves
+  safe = (k_min >= _MX_FAST_MIN_K) & (k_max <= 126)
+  return lax.cond(safe, fast, exact, bits, k, rand), scales, None
 
 
 def _finite_magnitude(bits):
@@ -541,9 +568,9 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
       for nvfp4). fp4 needs an even size, fp6 a multiple of 4.
     axis: the axis cut into blocks.
     scale_mode: ``"floor"``, ``"rceil"``, ``"ceil"`` or ``"even"``.
-    rounding: element rounding, as in :func:`jaxfp8.cast` (``"nearest"``,
-      ``"stochastic"`` with ``key``, ``"down"``, ``"up"``, ``"toward_zero"``).
-      Elements always saturate.
+    rounding: element rounding: ``"nearest"`` (ties to even) or
+      ``"stochastic"`` (with ``key``; up with probability equal to the
+      fraction of the gap). Elements always saturate.
     key: PRNG key for stochastic rounding (32 random bits per element).
     pad: if the axis length is not a multiple of ``block_size``, pad the last
       block with zeros (the logical shape is kept). Without it such lengths
