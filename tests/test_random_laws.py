@@ -122,8 +122,11 @@ def test_dyadic_uniform_is_exact(fmt, bounds):
 
 def test_few_bits_where_the_law_allows():
   e4m3 = formats.get("e4m3")
-  assert exact.bits_per_sample("uniform", e4m3, {}) == 16
-  assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 8
+  # U[0,1) in e4m3fn: masses are multiples of 2^-10 -> 10-bit draws, three
+  # to a word; in float4, of 2^-2 -> 2-bit draws, sixteen to a word.
+  assert exact.plan("uniform", "float8_e4m3fn", ())[0] == 10
+  assert exact.bits_per_sample("uniform", e4m3, {}) == 32 / 3
+  assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
   assert exact.bits_per_sample("normal", e4m3, {}) == 18
   # e5m2's U[0,1) has an atom of 2^-17 at zero: one split bucket.
   assert len(exact.plan("uniform", "float8_e5m2", ())[2]) == 1
@@ -176,6 +179,18 @@ def test_refinement_gives_each_split_sample_its_own_slot():
   for g in range(n // 32):
     lanes = np.flatnonzero(split[g * 32:(g + 1) * 32])
     np.testing.assert_array_equal(r[g * 32 + lanes], pool[g, :len(lanes)])
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 10, 16])
+def test_packed_bits_are_uniform_and_independent(width):
+  n = 3 * 2**14 + 1
+  u = np.asarray(bits_lib.packed(jax.random.key(width), n, width))
+  assert u.shape == (n,) and u.min() >= 0 and u.max() < 2**width
+  for b in range(width):  # every bit fair, neighbours uncorrelated
+    bit = (u >> b) & 1
+    assert abs(bit.mean() - 0.5) < 5 * 0.5 / np.sqrt(n)
+    c = np.corrcoef(bit[:-1], bit[1:])[0, 1]
+    assert abs(c) < 5 / np.sqrt(n)
 
 
 def test_refinement_overflow_takes_a_fresh_stream():

@@ -3,7 +3,9 @@
 ``jax.random.bits(key, (n,), uint8)`` spends a whole 32-bit word per byte;
 drawing ``n/4`` uint32 words and viewing them as bytes (``n/2`` words for
 16-bit draws) gives the same independent uniform bits at a quarter (half) of
-the cost. Sizes are rounded up to whole words; callers slice.
+the cost. :func:`packed` generalizes this to any width: ``32 // width``
+draws per word (three 10-bit draws, five 6-bit draws...), the unused high
+bits of each word dropped.
 """
 from __future__ import annotations
 
@@ -35,3 +37,22 @@ def padded_size(shape: tuple[int, ...], multiple: int) -> tuple[int, int]:
   for d in shape:
     n *= d
   return n, -(-n // multiple) * multiple
+
+
+def per_word(width: int) -> int:
+  """How many ``width``-bit draws one 32-bit word gives."""
+  return 32 // width
+
+
+def packed(key, n: int, width: int) -> jax.Array:
+  """``n`` independent uniform ``width``-bit integers (1 <= width <= 16), as
+  int32, from ``ceil(n / (32 // width))`` words."""
+  per = per_word(width)
+  if width == 16:
+    return uint16(key, -(-n // 2) * 2)[:n].astype(jnp.int32)
+  if width == 8:
+    return uint8(key, -(-n // 4) * 4)[:n].astype(jnp.int32)
+  w = words(key, -(-n // per))
+  shifts = jnp.arange(per, dtype=jnp.uint32) * width
+  u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
+  return u.reshape(-1)[:n].astype(jnp.int32)

@@ -6,10 +6,11 @@ At trace time the law of the real draw rounded into the format
 and equal to it when the law is dyadic at that resolution). On device a
 sample picks value ``i`` with probability exactly ``q_i / 2^32``:
 
-- **Pure tables.** If every ``q_i`` is a multiple of ``2^24`` (``2^16``), the
-  law is a 256-entry (65,536-entry) table indexed by 8 (16) random bits: one
-  gather per sample. Uniform on [0, 1) is such a law in most formats (its
-  masses are powers of two no smaller than half the smallest subnormal).
+- **Pure tables.** If every ``q_i`` is a multiple of ``2^(32-w)`` for some
+  ``w <= 16``, the law is a ``2^w``-entry table indexed by ``w`` random bits
+  (packed ``32 // w`` to a word): one gather per sample. Uniform on [0, 1) is
+  such a law in most formats (its masses are powers of two no smaller than
+  half the smallest subnormal: 10 bits for float8_e4m3fn, 2 for float4).
 - **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
   table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
   a 16-bit threshold ``t``; the sample is ``a`` if ``r < t`` else ``b`` for 16
@@ -23,7 +24,8 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   per sample instead (``lax.cond``). Either way each ``r`` used is uniform and
   independent of everything else, so ``P(i) = q_i / 2^32`` exactly.
 
-Bits per sample: 8 or 16 for pure tables, 18 (16 + 2 pooled) otherwise.
+Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
+18 (16 + 2 pooled) otherwise.
 """
 from __future__ import annotations
 
@@ -115,10 +117,14 @@ def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]):
   q = laws.quantize(probs, 32)
   codes = [int(c) for c in common.codes_table(fmt)]
   empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
-  for width in (8, 16):
+  for width in range(1, 17):
     step = 1 << (32 - width)
     if np.all(q % step == 0):
-      table = np.repeat(np.array(codes, np.uint8), q // step)
+      # Draw as many bits as the packing into words makes free: 11 bits
+      # cost as much as 16 (two draws per word), 9 as much as 10 (three).
+      width = max(w for w in range(width, 17)
+                  if bits_lib.per_word(w) == bits_lib.per_word(width))
+      table = np.repeat(np.array(codes, np.uint8), q >> (32 - width))
       assert len(table) == 1 << width
       return (width, table) + empty
   return (16,) + _alias(q, codes)
@@ -133,7 +139,9 @@ def plan_law(dist: str, fmt: formats.Format, params: dict) -> np.ndarray:
 def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   """Random bits spent per sample (before padding to whole words)."""
   width, _, b, _ = plan(dist, fmt.name, tuple(sorted(params.items())))
-  return width + (_SLOTS * 16 / _GROUP if len(b) else 0)
+  if len(b):
+    return width + _SLOTS * 16 / _GROUP
+  return 32 / bits_lib.per_word(width)
 
 
 def _refinement(key, split, n_pad: int):
@@ -173,8 +181,7 @@ def _sample(key, main, b, t, n_split, *, width, fmt_name, shape):
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, 2 * _GROUP)
   if not b.shape[0]:
-    draw = bits_lib.uint8 if width == 8 else bits_lib.uint16
-    codes = main[draw(key, n_pad).astype(jnp.int32)]
+    codes = main[bits_lib.packed(key, n_pad, width)]
   else:
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.uint16(k_main, n_pad).astype(jnp.int32)

@@ -3,8 +3,7 @@
 For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
 table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
 interval holds the quantile at ``(j + 1/2) / 2^k``. A sample draws ``k``
-random bits (8-bit units for ``k <= 8``, else 16-bit units, from packed
-words) and gathers one byte. Its law is the exact rounded law with the CDF
+random bits (``32 // k`` draws per 32-bit word) and gathers one byte. Its law is the exact rounded law with the CDF
 at every rounding boundary rounded to a multiple of ``2^-k``: each value's
 probability is off by less than ``2^-k``, and values whose probability is
 below about ``2^-(k+1)`` may never appear. The cheapest method; use ``exact``
@@ -64,11 +63,7 @@ def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
 def _sample(key, table, *, fmt_name, shape, table_bits):
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, 4)
-  if table_bits <= 8:
-    u = bits_lib.uint8(key, n_pad) >> (8 - table_bits)
-  else:
-    u = bits_lib.uint16(key, n_pad) >> (16 - table_bits)
-  codes = table[u.astype(jnp.int32)]
+  codes = table[bits_lib.packed(key, n_pad, table_bits)]
   return common.from_codes(codes[:n].reshape(shape), fmt)
 
 
