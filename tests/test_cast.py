@@ -199,3 +199,11 @@ def test_unknown_rounding():
 def test_unknown_format_lists_nearest_names():
   with pytest.raises(ValueError, match="'e4m4'.*did you mean.*'e4m3'"):
     jaxfp8.cast(jnp.ones(3), "e4m4")
+
+
+@pytest.mark.parametrize("fmt", NARROW)
+def test_integer_path_equals_xla_convert_path(fmt):
+  """encode() always rounds with integers; cast() may use XLA's convert."""
+  x = jnp.asarray(corner_inputs(fmt))
+  via_codes = jaxfp8.decode(jaxfp8.encode(x, fmt))
+  assert_same(jaxfp8.cast(x, fmt), np.asarray(via_codes))

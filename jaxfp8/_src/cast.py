@@ -151,6 +151,11 @@ def _cast_jit(x, rand, fmt_name: str, rounding: str, saturate: bool,
     if as_codes:
       return codes
     return lax.bitcast_convert_type(codes, fmt.dtype)
+  if (rounding == "nearest" and saturate and fmt.native and fmt.has_nan
+      and not as_codes):
+    # XLA's own convert rounds to nearest-even; clipping first saturates.
+    # (Bit-identical to the integer path: the tests check both.)
+    return jnp.clip(x, -fmt.max, fmt.max).astype(fmt.dtype)
   bits = lax.bitcast_convert_type(x, _U32)
   mag, neg, nan_in, inf_in = _classify(bits)
   mag = _round_magnitude(jnp.where(nan_in | inf_in, _U32(0), mag), neg, fmt,
