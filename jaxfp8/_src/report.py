@@ -232,9 +232,13 @@ def run_job(job: Job, pool: WorkerPool, *, timeout: float, log
 
 
 def run_all(jobs: list[Job], n: int, seed: int, *, workers: int,
-            timeout: float, fast_compile: bool, log
+            timeout: float, fast_compile: bool, log, after_job=None
             ) -> dict[tuple[str, str, str], dict[str, Any]]:
-  """Runs every job on ``workers`` threads, each with its own workers."""
+  """Runs every job on ``workers`` threads, each with its own workers.
+
+  ``after_job(results so far)`` is called in the calling thread after each
+  job, while the remaining jobs run.
+  """
   env = _worker_env(fast_compile)
   out: dict[tuple[str, str, str], dict[str, Any]] = {}
   local = threading.local()
@@ -264,6 +268,8 @@ def run_all(jobs: list[Job], n: int, seed: int, *, workers: int,
         summary = ", ".join(f"{v} {k}" for k, v in sorted(statuses.items()))
         log(f"[{done}/{len(jobs)} {time.time() - start:5.1f}s] {job.side:6s} "
             f"{job.fmt}: {len(res)} ops in {secs:.1f}s ({summary})")
+        if after_job is not None:
+          after_job(out)
   finally:
     for pool in pools:
       pool.close()
@@ -555,7 +561,7 @@ def _select_ops(spec: str | None, n: int) -> list[report_worker.Op]:
           if op.name in wanted or op.family in wanted or op.kind in wanted]
 
 
-def _plot(out_dir: str, fmts: list[str], plot_fmts: list[str],
+def _plot(out_dir: str, plot_fmts: list[str],
           ops: list[report_worker.Op], results, laws, cells, n: int, log
           ) -> tuple[list[str], str]:
   if not report_plots.available():
@@ -630,33 +636,51 @@ def main(argv: list[str] | None = None) -> int:
   start = time.time()
   cpu0 = _children_cpu()
   os.makedirs(args.out, exist_ok=True)
+  # The pictured formats first: their pictures are drawn while the workers
+  # go on with the other formats.
+  order = plot_fmts + [f for f in fmts if f not in plot_fmts]
   jobs = [Job(side, fmt, [op.name for op in ops])
-          for fmt in fmts for side in SIDES]
+          for fmt in order for side in SIDES]
   log(f"jaxfp8 report: {len(ops)} operations x {len(fmts)} formats, native "
       f"JAX and jaxfp8, {len(jobs)} worker jobs on {args.jobs} processes")
+  laws: dict[tuple[str, str], tuple[Any, str]] = {}
+  cells: dict[tuple[str, str, str], Cell] = {}
+  pictures: list[Any] = []
+
+  def judge_format(fmt: str, results) -> None:
+    for op in ops:
+      if op.kind in ("sample", "init") and (fmt, op.name) not in laws:
+        laws[(fmt, op.name)] = report_laws.rounded_law(
+            op.law_dict(), formats.get(fmt), op)
+      law = laws.get((fmt, op.name), (None, ""))[0]
+      for side in SIDES:
+        cells[(side, fmt, op.name)] = judge(
+            op, results.get((side, fmt, op.name)), law, n)
+
+  def after_job(results) -> None:
+    if pictures or args.no_plots:
+      return
+    if all((side, f, op.name) in results
+           for f in plot_fmts for side in SIDES for op in ops):
+      for f in plot_fmts:
+        judge_format(f, results)
+      pictures.append(_plot(args.out, plot_fmts, ops, results, laws, cells,
+                            n, log))
+
   with _terminate_cleanly():
     results = run_all(jobs, n, args.seed, workers=args.jobs,
                       timeout=args.timeout, fast_compile=not args.xla_opt,
-                      log=log)
+                      log=log, after_job=after_job)
   cpu = _children_cpu() - cpu0
   log(f"workers done in {time.time() - start:.0f}s, {cpu:.0f} CPU-seconds")
-  laws = {}
-  cells = {}
   for fmt in fmts:
-    fmt_obj = formats.get(fmt)
-    for op in ops:
-      if op.kind in ("sample", "init"):
-        laws[(fmt, op.name)] = report_laws.rounded_law(op.law_dict(), fmt_obj,
-                                                       op)
-      law = laws.get((fmt, op.name), (None, ""))[0]
-      for side in SIDES:
-        cells[(side, fmt, op.name)] = judge(op, results.get((side, fmt, op.name)),
-                                            law, n)
+    judge_format(fmt, results)
   if args.no_plots:
     plots, note = [], "Pictures skipped (--no-plots)."
   else:
-    plots, note = _plot(args.out, fmts, plot_fmts, ops, results, laws, cells,
-                        n, log)
+    if not pictures:
+      after_job(results)
+    plots, note = pictures[0]
   path = os.path.join(args.out, "report.md")
   write_report(path, fmts, ops, cells, laws, n, args.seed, plots, note,
                time.time() - start, cpu, not args.xla_opt)

@@ -144,6 +144,12 @@ def total_variation(law: Law, counts: list[list[float]], n: int, nan: int
 
   Values outside the format's finite values (Inf, or numbers a wrong dtype
   produced) count fully against the sample.
+
+  >>> law = (np.array([0.0, 1.0]), np.array([0.25, 0.75]), 0.0)
+  >>> total_variation(law, [[0.0, 50], [1.0, 50]], 100, 0)
+  0.25
+  >>> total_variation(law, [[1.0, 50]], 100, 50)  # half NaN
+  0.5
   """
   values, probs, p_nan = law
   index = {float(v): i for i, v in enumerate(values)}

@@ -181,6 +181,12 @@ def reference_cast(x: np.ndarray, fmt_name: str) -> np.ndarray:
   Finite values beyond the range and +-Inf become +-max; NaN stays NaN (-0 in
   formats without NaN, as ml_dtypes). E8M0: zero, negatives and NaN give NaN,
   values below 2^-127 give 2^-127.
+
+  >>> reference_cast(np.array([0.3, 465.0, -1e9, np.inf, np.nan]),
+  ...                "float8_e4m3fn").tolist()
+  [0.3125, 448.0, -448.0, 448.0, nan]
+  >>> reference_cast(np.array([3.0, 0.0, -1.0]), "float8_e8m0fnu").tolist()
+  [4.0, nan, nan]
   """
   dt = np_dtype(fmt_name)
   fi = _finfo(dt)
