@@ -82,14 +82,20 @@ def test_rounded_law_matches_scipy(case, fmt):
 
 def sampled_law(plan, fmt) -> np.ndarray:
   """The law the exact method samples, read back from its tables (2^32 units)."""
-  width, main, b, t = plan
   index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
   q = np.zeros(len(formats.get(fmt).values), np.int64)
-  unit = 1 << (32 - width)
-  for j, c in enumerate(main):
-    if j < len(b):  # split bucket: t to main[j], the rest to b[j]
-      q[index[int(c)]] += int(t[j])
-      q[index[int(b[j])]] += (1 << 16) - int(t[j])
+  unit = 1 << (32 - plan.width)
+  coarse = plan.main[:1 << plan.width]
+  for j, c in enumerate(coarse):
+    if plan.kind == "alias" and j < len(plan.b):
+      # split bucket: t to main[j], the rest to b[j]
+      q[index[int(c)]] += int(plan.t[j])
+      q[index[int(plan.b[j])]] += (1 << 16) - int(plan.t[j])
+    elif plan.kind == "two_level" and j < plan.fine:
+      sub = plan.main[(1 << plan.width) + (j << plan.width2):][
+          :1 << plan.width2]
+      for c2 in sub:
+        q[index[int(c2)]] += unit >> plan.width2
     else:
       q[index[int(c)]] += unit
   return q
@@ -105,7 +111,7 @@ def test_exact_tables_sample_the_law_within_2_to_minus_32(case, fmt):
   _, probs = laws.rounded_law(name, fmt, **params)
   np.testing.assert_array_equal(q, laws.quantize(probs, 32))
   assert np.all(np.abs(q / 2**32 - probs) < 2**-32)
-  assert len(plan[2]) < len(probs)  # at most one split bucket per value
+  assert len(plan.b) < len(probs)  # at most one split bucket per value
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -124,12 +130,15 @@ def test_few_bits_where_the_law_allows():
   e4m3 = formats.get("e4m3")
   # U[0,1) in e4m3fn: masses are multiples of 2^-10 -> 10-bit draws, three
   # to a word; in float4, of 2^-2 -> 2-bit draws, sixteen to a word.
-  assert exact.plan("uniform", "float8_e4m3fn", ())[0] == 10
+  assert exact.plan("uniform", "float8_e4m3fn", ()).width == 10
   assert exact.bits_per_sample("uniform", e4m3, {}) == 32 / 3
   assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
   assert exact.bits_per_sample("normal", e4m3, {}) == 18
-  # e5m2's U[0,1) has an atom of 2^-17 at zero: one split bucket.
-  assert len(exact.plan("uniform", "float8_e5m2", ())[2]) == 1
+  # e5m2's U[0,1) has an atom of 2^-17 at zero: 10 coarse bits, and 7 more
+  # for the 1/128 of draws below 2^-7.
+  p = exact.plan("uniform", "float8_e5m2", ())
+  assert (p.kind, p.width, p.fine, p.width2) == ("two_level", 10, 8, 7)
+  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) == 32 / 3 + 2
 
 
 @pytest.mark.parametrize("fmt", FORMATS[:5])

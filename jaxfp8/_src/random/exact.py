@@ -11,6 +11,11 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   (packed ``32 // w`` to a word): one gather per sample. Uniform on [0, 1) is
   such a law in most formats (its masses are powers of two no smaller than
   half the smallest subnormal: 10 bits for float8_e4m3fn, 2 for float4).
+- **Two-level tables.** If all but at most 1/64 of the mass is pure at
+  ``w = 8`` or ``10`` bits and the rest is pure at most 8 bits further, a
+  draw lands in a fine bucket with probability <= 1/64 and then reads a
+  second table with 8 pooled refinement bits (see below). This is how
+  U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 12.7 bits, not 18.
 - **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
   table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
   a 16-bit threshold ``t``; the sample is ``a`` if ``r < t`` else ``b`` for 16
@@ -25,11 +30,12 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   independent of everything else, so ``P(i) = q_i / 2^32`` exactly.
 
 Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
-18 (16 + 2 pooled) otherwise.
+that plus 2 pooled for two-level tables, 18 (16 + 2 pooled) for alias tables.
 """
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,9 +47,11 @@ from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
 from jaxfp8._src.random import common
 
-_CAP = 1 << 16        # mass of one bucket, in units of 2^-32
+_CAP = 1 << 16        # mass of one alias bucket, in units of 2^-32
 _GROUP = 32           # samples sharing one pool of refinement slots
-_SLOTS = 4            # 16-bit refinement slots per group (two words)
+_POOL_WORDS = 2       # words per group: four 16-bit or eight 8-bit slots
+_SLOTS = 4            # 16-bit slots per group (alias tables)
+_SLOT_BITS = 8        # refinement bits of two-level tables
 
 
 def _alias(q: np.ndarray, codes: np.ndarray):
@@ -108,26 +116,85 @@ def _alias(q: np.ndarray, codes: np.ndarray):
   return main, b, t
 
 
+class Plan(NamedTuple):
+  """How a law is sampled (all tables NumPy, built once per law).
+
+  ``kind`` is ``"pure"`` (``main`` has ``2^width`` entries, one per draw),
+  ``"two_level"`` (draws ``u < fine`` read ``main[2^width + u * 2^width2 +
+  r]`` with ``width2`` refinement bits ``r``, the others ``main[u]``) or
+  ``"alias"`` (split buckets ``u < len(b)`` give ``main[u]`` when the 16-bit
+  refinement is below ``t[u]``, else ``b[u]``).
+  """
+  kind: str
+  width: int
+  main: np.ndarray
+  b: np.ndarray
+  t: np.ndarray
+  fine: int = 0
+  width2: int = 0
+
+
+def _free_width(width: int) -> int:
+  """The widest draw costing the same words: 11 bits cost as much as 16 (two
+  draws per word), 9 as much as 10 (three)."""
+  return max(w for w in range(width, 17)
+             if bits_lib.per_word(w) == bits_lib.per_word(width))
+
+
+def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
+  """A coarse table for the bulk plus a fine one for a few buckets, if the
+  law is dyadic enough (uniform laws whose atoms near zero are tiny)."""
+  edges = np.cumsum(q)[:-1]  # boundaries between values, in 2^-32 units
+  for width in (8, 10):
+    unit = 1 << (32 - width)
+    inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
+    fine_buckets = np.unique(inner // unit)
+    if len(fine_buckets) * 64 > (1 << width):  # more than 1/64 of the mass
+      continue
+    width2 = next((w for w in range(1, _SLOT_BITS + 1)
+                   if np.all(inner % (unit >> w) == 0)), None)
+    if width2 is None:
+      continue
+    # Fine buckets first, so that a draw is fine iff it is below their count.
+    order = np.concatenate([fine_buckets, np.setdiff1d(
+        np.arange(1 << width), fine_buckets)])
+    coarse = codes[np.searchsorted(edges, order * unit, side="right")]
+    sub = (fine_buckets[:, None] * unit
+           + np.arange(1 << width2)[None, :] * (unit >> width2)).ravel()
+    fine = codes[np.searchsorted(edges, sub, side="right")]
+    empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
+    return Plan("two_level", width, np.concatenate([coarse, fine]), *empty,
+                fine=len(fine_buckets), width2=width2)
+  return None
+
+
 @functools.lru_cache(maxsize=256)
-def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]):
-  """``(width, main, b, t)``: a pure 8- or 16-bit table (b, t empty), or an
-  alias table (width 16) with its split buckets first."""
+def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
+         ) -> Plan:
+  """The cheapest exact way to sample a law: pure, two-level or alias."""
   fmt = formats.get(fmt_name)
   _, probs = laws.rounded_law(dist, fmt, **dict(params))
   q = laws.quantize(probs, 32)
-  codes = [int(c) for c in common.codes_table(fmt)]
+  codes = common.codes_table(fmt)
   empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
-  for width in range(1, 17):
-    step = 1 << (32 - width)
-    if np.all(q % step == 0):
-      # Draw as many bits as the packing into words makes free: 11 bits
-      # cost as much as 16 (two draws per word), 9 as much as 10 (three).
-      width = max(w for w in range(width, 17)
-                  if bits_lib.per_word(w) == bits_lib.per_word(width))
-      table = np.repeat(np.array(codes, np.uint8), q >> (32 - width))
-      assert len(table) == 1 << width
-      return (width, table) + empty
-  return (16,) + _alias(q, codes)
+  candidates = []
+  width = next((w for w in range(1, 17) if np.all(q % (1 << (32 - w)) == 0)),
+               None)
+  if width is not None:
+    width = _free_width(width)
+    candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width)),
+                           *empty))
+  two = _two_level(q, codes)
+  if two is not None:
+    candidates.append(two)
+  if not candidates:
+    return Plan("alias", 16, *_alias(q, [int(c) for c in codes]))
+  return min(candidates, key=_bits)
+
+
+def _bits(p: Plan) -> float:
+  main = 32 / bits_lib.per_word(p.width)
+  return main if p.kind == "pure" else main + _POOL_WORDS * 32 / _GROUP
 
 
 def plan_law(dist: str, fmt: formats.Format, params: dict) -> np.ndarray:
@@ -138,26 +205,30 @@ def plan_law(dist: str, fmt: formats.Format, params: dict) -> np.ndarray:
 
 def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   """Random bits spent per sample (before padding to whole words)."""
-  width, _, b, _ = plan(dist, fmt.name, tuple(sorted(params.items())))
-  if len(b):
-    return width + _SLOTS * 16 / _GROUP
-  return 32 / bits_lib.per_word(width)
+  return _bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
 
 
-def _refinement(key, split, n_pad: int):
-  """16 uniform bits for each split sample, from the pooled slots."""
+def _refinement(key, split, n_pad: int, slot_bits: int = 16):
+  """``slot_bits`` uniform bits for each split sample, from pooled slots.
+
+  Each group of ``_GROUP`` samples owns ``_POOL_WORDS`` words: slots of
+  ``slot_bits`` bits; its k-th split sample takes slot k. If a group has more
+  split samples than slots, every sample takes fresh bits instead.
+  """
   groups = n_pad // _GROUP
+  slots = _POOL_WORDS * 32 // slot_bits
   k_pool, k_fallback = jax.random.split(key)
+  draw = bits_lib.uint16 if slot_bits == 16 else bits_lib.uint8
   m = split.reshape(groups, _GROUP).astype(jnp.uint32)
   lane = jnp.arange(_GROUP, dtype=jnp.uint32)
   word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
   rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
-  pool = bits_lib.uint16(k_pool, groups * _SLOTS).reshape(groups, _SLOTS)
-  r = pool[:, _SLOTS - 1:_SLOTS]
-  for k in range(_SLOTS - 2, -1, -1):
+  pool = draw(k_pool, groups * slots).reshape(groups, slots)
+  r = pool[:, slots - 1:slots]
+  for k in range(slots - 2, -1, -1):
     r = jnp.where(rank == k, pool[:, k:k + 1], r)
-  overflow = jnp.any(lax.population_count(word) > _SLOTS)
-  return lax.cond(overflow, lambda: bits_lib.uint16(k_fallback, n_pad),
+  overflow = jnp.any(lax.population_count(word) > slots)
+  return lax.cond(overflow, lambda: draw(k_fallback, n_pad),
                   lambda: r.reshape(n_pad))
 
 
@@ -174,14 +245,24 @@ def _lookup(u, values, n_split):
   return values[jnp.minimum(u, n_split - 1)]
 
 
-@functools.partial(jax.jit, static_argnames=("width", "fmt_name", "shape"))
-def _sample(key, main, b, t, n_split, *, width, fmt_name, shape):
+@functools.partial(jax.jit, static_argnames=("kind", "width", "width2",
+                                             "fmt_name", "shape"))
+def _sample(key, main, b, t, n_split, *, kind, width, width2, fmt_name,
+            shape):
   # The tables are arguments, not constants: one compilation serves every
-  # law of a format, width and shape.
+  # law of a format, kind and shape.
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, 2 * _GROUP)
-  if not b.shape[0]:
+  if kind == "pure":
     codes = main[bits_lib.packed(key, n_pad, width)]
+  elif kind == "two_level":
+    k_main, k_ref = jax.random.split(key)
+    u = bits_lib.packed(k_main, n_pad, width)
+    fine = u < n_split
+    r = _refinement(k_ref, fine, n_pad, _SLOT_BITS).astype(jnp.int32)
+    index = jnp.where(fine, (1 << width) + (u << width2)
+                      + (r >> (_SLOT_BITS - width2)), u)
+    codes = main[index]
   else:
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.uint16(k_main, n_pad).astype(jnp.int32)
@@ -204,9 +285,11 @@ def _padded(a: np.ndarray) -> np.ndarray:
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float]):
   """Exact samples of ``dist`` (concrete scalar ``params``) rounded to ``fmt``."""
-  width, main, b, t = plan(dist, fmt.name, tuple(sorted(params.items())))
-  return _sample(key, main, _padded(b), _padded(t), np.int32(len(b)),
-                 width=width, fmt_name=fmt.name, shape=tuple(shape))
+  p = plan(dist, fmt.name, tuple(sorted(params.items())))
+  n_split = p.fine if p.kind == "two_level" else len(p.b)
+  return _sample(key, p.main, _padded(p.b), _padded(p.t), np.int32(n_split),
+                 kind=p.kind, width=p.width, width2=p.width2,
+                 fmt_name=fmt.name, shape=tuple(shape))
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "bits"))
