@@ -380,43 +380,17 @@ _NV_SCALE_ROUNDING = {"floor": "down", "ceil": "up", "rceil": "up",
 _NV_RANGE = 6.0 * 448.0
 
 
-# Below this block exponent, x * 2^-k in float32 could lose a subnormal x that
-# still matters (stochastic rounding sees 2^-32 of an element ulp).
-_MX_FAST_MIN_K = -78
-
-
 def _quantize_mx(bits, rand, mx: MXFormat, mode: str, rounding: str):
-  amax = jnp.max(bits & 0x7FFFFFFF, axis=-1)
+  amax = jnp.max(bits & 0x7FFFFFFF, axis=-1)  # NaN sorts above Inf
   bad, zero = amax >= _INF, amax == 0
   k = _scale_exponents(jnp.where(bad | zero, _U32(0x3F800000), amax), mx, mode)
   k = jnp.where(zero, -127, k)
   scales = jnp.where(bad, 255, k + 127).astype(jnp.uint8)
-
-  def element_codes(bits, y, rand):
-    codes = _element_codes((bits & _U32(0x80000000)) | y, rand, mx, rounding)
-    return jnp.where(bad[..., None], jnp.asarray(_nan_fill(mx), codes.dtype),
-                     codes)
-
-  def exact(bits, k, rand):
-    return element_codes(bits, _ldexp(_finite_magnitude(bits), -k[..., None]),
-                         rand)
-
-  def fast(bits, k, rand):
-    # 2^-k is a normal float32 and products are exact where they are normal;
-    # the rest are below 2^-126 or come from subnormal x (XLA reads them as 0)
-    # with true quotients < 2^-48: both round to zero, stochastically too.
-    inv = lax.bitcast_convert_type(((127 - k) << 23).astype(_U32), jnp.float32)
-    y = lax.bitcast_convert_type(_finite_magnitude(bits),
-                                 jnp.float32) * inv[..., None]
-    return element_codes(bits, lax.bitcast_convert_type(y, _U32) & 0x7FFFFFFF,
-                         rand)
-
-  live = ~(bad | zero)
-  k_min = jnp.min(jnp.where(live, k, 0), initial=0)
-  k_max = jnp.max(jnp.where(live, k, 0), initial=0)
-  k = jnp.where(live, k, 0)  # zero and NaN blocks: any scale serves
-  safe = (k_min >= _MX_FAST_MIN_K) & (k_max <= 126)
-  return lax.cond(safe, fast, exact, bits, k, rand), scales, None
+  y = _ldexp(_finite_magnitude(bits), -k[..., None])
+  codes = _element_codes((bits & _U32(0x80000000)) | y, rand, mx, rounding)
+  codes = jnp.where(bad[..., None], jnp.asarray(_nan_fill(mx), codes.dtype),
+                    codes)
+  return codes, scales, None
 
 
 def _finite_magnitude(bits):
@@ -449,33 +423,14 @@ def _quantize_nv(bits, rand, mx: MXFormat, mode: str, rounding: str):
   sc = jnp.where(bad, jnp.uint8(mx.scale.nan_code), sc)
   sv = lax.bitcast_convert_type(sc, mx.scale.dtype).astype(jnp.float32)
 
-  def exact(bits, sv, rand):
-    # |x| / 2^j <= 2688: exact except below float32's normal range, where the
-    # quotients by the scale round to zero either way.
-    xs = _ldexp(_finite_magnitude(bits), -j)
-    ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
-    ym = jnp.where(xs < 0x800000, _U32(0), lax.bitcast_convert_type(ym, _U32))
-    return element_codes(bits, ym, rand)
-
-  def fast(bits, sv, rand):
-    # For -91 <= j <= 118 every nonzero s * 2^j is a normal float32 >= 2^-100:
-    # one division gives the same correctly rounded quotient, and inputs XLA
-    # treats as zero (subnormals) have quotients < 2^-26, which round to zero.
-    big = _ldexp(lax.bitcast_convert_type(sv, _U32), jnp.full(sv.shape, j))
-    ym = (lax.bitcast_convert_type(_finite_magnitude(bits), jnp.float32)
-          / lax.bitcast_convert_type(big, jnp.float32)[..., None])
-    return element_codes(bits, lax.bitcast_convert_type(ym, _U32)
-                         & 0x7FFFFFFF, rand)
-
-  def element_codes(bits, ym, rand):
-    ym = jnp.where((sc == 0)[..., None], _U32(0), ym)
-    codes = _element_codes((bits & _U32(0x80000000)) | ym, rand, mx, rounding)
-    return jnp.where(bad[..., None], jnp.uint8(0), codes)
-
-  # One branch runs, whole: the exact one only for tensors near float32's
-  # ends. Passing the input bits (not derived arrays) keeps each branch one
-  # fused loop.
-  codes = lax.cond((j >= -91) & (j <= 118), fast, exact, bits, sv, rand)
+  # |x| / 2^j <= 2688: exact except below float32's normal range, where the
+  # quotients by the scale round to zero either way (their sign is kept).
+  xs = _ldexp(_finite_magnitude(bits), -j)
+  ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
+  ym = lax.bitcast_convert_type(ym, _U32)
+  ym = jnp.where((xs < 0x800000) | (sc == 0)[..., None], _U32(0), ym)
+  codes = _element_codes((bits & _U32(0x80000000)) | ym, rand, mx, rounding)
+  codes = jnp.where(bad[..., None], jnp.uint8(0), codes)
   return codes, sc, tensor_scale
 
 
