@@ -19,10 +19,10 @@ SCALE_MODES = list(mx.SCALE_MODES)
 POW2_FORMATS = [f for f in MX_FORMATS if f != "nvfp4"]
 
 
-# -- float64 reference ------------------------------------------------------------
+# -- float64 reference ---------------------------------------------------------
 
 def _element_grid(fmt: mx.MXFormat):
-  """Non-negative element values (ascending, float64) and whether each code is even."""
+  """Non-negative element values (ascending, float64); is each code even."""
   if fmt.name == "mxint8":
     k = np.arange(128)
     return k / 64.0, k % 2 == 0
@@ -32,7 +32,7 @@ def _element_grid(fmt: mx.MXFormat):
 
 
 def _round_nearest(a, grid, even):
-  """Index of the nearest grid value to a >= 0, ties to the even code, saturating."""
+  """Index of the grid value nearest a >= 0, ties to even codes, saturating."""
   idx = np.clip(np.searchsorted(grid, a, side="right") - 1, 0, len(grid) - 1)
   nxt = np.minimum(idx + 1, len(grid) - 1)
   mid = (grid[idx] + grid[nxt]) / 2  # exact: grid values have few bits
@@ -160,7 +160,7 @@ def check_against_reference(x, fmt_name, mode, a=None):
   assert_same_bits(got, want.reshape(x.shape))
 
 
-# -- inputs: blocks with wide exponent ranges and every corner ------------------
+# -- inputs: blocks with wide exponent ranges and every corner -----------------
 
 _KINDS = ("random", "wide", "zeros", "tiny_normal", "subnormal", "pow2",
           "elem_max", "special", "huge", "one_nan")
@@ -225,7 +225,7 @@ def test_bit_exact_against_float64_reference(fmt, mode):
   check()
 
 
-# -- the spec's corners, spelled out --------------------------------------------
+# -- the spec's corners, spelled out -------------------------------------------
 
 def test_floor_960_decodes_to_896():
   x = np.zeros(32, np.float32)

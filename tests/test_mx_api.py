@@ -60,7 +60,7 @@ def test_op_by_op_equals_fused(fmt):
   assert_same_bits(values, fused.dequantize())
 
 
-# -- storage ------------------------------------------------------------------
+# -- storage -------------------------------------------------------------------
 
 @pytest.mark.parametrize("fmt,data_bytes,scale_bytes", [
     ("mxfp4_e2m1", 2048, 128), ("mxfp6_e2m3", 3072, 128),
@@ -97,7 +97,7 @@ def test_fp4_element_zero_in_low_nibble():
   assert int(a.data[0]) == 0x17
 
 
-# -- shapes, padding, axes, pytrees ------------------------------------------------
+# -- shapes, padding, axes, pytrees --------------------------------------------
 
 @pytest.mark.parametrize("fmt", MX_FORMATS)
 def test_padding(fmt):
@@ -147,7 +147,7 @@ def test_dequantize_other_dtypes():
   np.testing.assert_array_equal(out, a.dequantize().astype(jnp.bfloat16))
 
 
-# -- stochastic rounding ------------------------------------------------------------
+# -- stochastic rounding -------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", MX_FORMATS)
 def test_stochastic_rounds_to_a_neighbour_without_bias(fmt):
@@ -182,7 +182,7 @@ def test_stochastic_rounds_to_a_neighbour_without_bias(fmt):
   assert (np.abs(got.mean(axis=0) - x64) <= tol).all()
 
 
-# -- errors ---------------------------------------------------------------------
+# -- errors --------------------------------------------------------------------
 
 def test_errors():
   x = jnp.ones(32)

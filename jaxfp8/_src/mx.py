@@ -159,7 +159,7 @@ def get_format(fmt: Any, *, arg: str = "fmt", fn: str = "get_format"
                    f"{', '.join(map(repr, MX_FORMATS))}; got {fmt!r}")
 
 
-# -- integer arithmetic on float32 bit patterns -----------------------------------
+# -- integer arithmetic on float32 bit patterns --------------------------------
 
 _U32, _I32 = jnp.uint32, jnp.int32
 _INF = 0x7F800000
@@ -171,7 +171,7 @@ def _f32_bits(v: float) -> int:
 
 
 def _split(mag):
-  """Finite magnitude bits -> (e, s): value = s * 2^(e - 150), s in [2^23, 2^24).
+  """Magnitude bits -> (e, s), value = s * 2^(e - 150), s in [2^23, 2^24).
 
   Subnormals are normalized (``e`` drops below 1) by converting their integer
   mantissa to float32, which is exact and normal; zero gives ``s = 0``.
@@ -187,7 +187,7 @@ def _split(mag):
 
 
 def _ldexp(mag, k):
-  """Finite magnitude bits times 2^k, rounded to nearest even; Inf on overflow."""
+  """Finite magnitude bits times 2^k, nearest even; Inf on overflow."""
   e, s = _split(mag)
   e2 = e + k
   normal = (jnp.maximum(e2, 0).astype(_U32) << 23) | (s & 0x7FFFFF)
@@ -222,7 +222,7 @@ def _scale_exponents(amax, mx: MXFormat, mode: str):
   return jnp.clip(e - 127 + bump - mx.emax, -127, 127)
 
 
-# -- elements --------------------------------------------------------------------
+# -- elements ------------------------------------------------------------------
 
 def _element_codes(bits, rand, mx: MXFormat, rounding: str):
   """Narrow element codes of float32 bit patterns (already divided by scale)."""
@@ -264,7 +264,7 @@ def _nan_fill(mx: MXFormat) -> int:
   return elem.nan_code if elem.has_nan else 0
 
 
-# -- the array type --------------------------------------------------------------
+# -- the array type ------------------------------------------------------------
 
 @jax.tree_util.register_pytree_node_class
 class MXArray:
@@ -294,7 +294,8 @@ class MXArray:
   >>> a
   MXArray(mxfp8_e4m3, shape=(1, 32), axis=-1, block_size=32)
   >>> a.scales, a.data[0, :4], a.dequantize()[0, :4]
-  (Array([[128]], dtype=uint8), Array([448, 1, -2, 1.5], dtype=float8_e4m3fn), Array([896.,   2.,  -4.,   3.], dtype=float32))
+  (Array([[128]], dtype=uint8), Array([448, 1, -2, 1.5], dtype=float8_e4m3fn),
+   Array([896.,   2.,  -4.,   3.], dtype=float32))
   """
 
   __slots__ = ("data", "scales", "tensor_scale", "fmt", "axis", "length",
@@ -361,7 +362,7 @@ def _nbytes(x) -> int:
   return int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
 
 
-# -- quantize / dequantize -------------------------------------------------------
+# -- quantize / dequantize -----------------------------------------------------
 
 def _to_blocks(x, axis: int, block_size: int):
   """Moves ``axis`` last, pads it to whole blocks: (..., n_blocks, block)."""

@@ -34,7 +34,7 @@ def _native_elements(data, fmt_name: str, axis: int):
 
 
 def to_scaled(a: _mx.MXArray) -> tuple[jax.Array, jax.Array]:
-  """(elements, scales) in the layout ``lax.scaled_dot`` and ``scaled_matmul`` take.
+  """(elements, scales) as ``lax.scaled_dot`` and ``scaled_matmul`` take them.
 
   ``elements`` is a native array of the element dtype (``float8_e4m3fn``,
   ``float8_e5m2``, ``float4_e2m1fn``; ``int8`` for mxint8, whose values are
@@ -92,7 +92,8 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
     raise ValueError(f"`elements` and `scales` arguments to `{fn}` must have "
                      f"the same rank >= 1, got shapes {elements.shape} and "
                      f"{scales.shape}")
-  ax = _mx._check_axis(axis, elements.ndim, fn)  # pylint: disable=protected-access
+  ax = _mx._check_axis(  # pylint: disable=protected-access
+      axis, elements.ndim, fn)
   n, nb = elements.shape[ax], scales.shape[ax]
   other = [d for i, d in enumerate(elements.shape) if i != ax % elements.ndim]
   other_s = [d for i, d in enumerate(scales.shape) if i != ax % scales.ndim]
