@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
   args = parser.parse_args(argv)
   names = [f.strip() for f in args.formats.split(",") if f.strip()]
   for name in names:
-    mx.get_format(name, arg="--formats", fn="bench mx")
+    try:
+      mx.get_format(name, arg="--formats", fn="bench mx")
+    except ValueError as e:
+      parser.error(str(e))
 
   x = jax.random.normal(jax.random.key(0), (args.size, args.size),
                         jnp.float32)
