@@ -4,14 +4,16 @@ Each sampler takes jax.random's arguments; a narrow ``dtype`` gives samples of
 the real-valued law rounded to nearest into that format, by one of three
 methods (keyword-only ``method``): ``"exact"`` (the rounded law to within
 2^-32 per value, from integer arithmetic on few random bits), ``"table"`` (one
-lookup, resolution 2^-16) or ``"cast"`` (float32 draw, then round). See
-``docs/random.md``.
+lookup, resolution 2^-16) or ``"cast"`` (float32 draw, then round).
+``rounded_law`` gives the exact law of a narrow sample, ``table_law`` the law
+of the table method. See ``docs/random.md``.
 
 >>> import jax, jax.numpy as jnp, jaxfp8
 >>> x = jaxfp8.random.normal(jax.random.key(0), (1024,), jnp.float8_e4m3fn)
 >>> x.dtype
 dtype(float8_e4m3fn)
 """
+from jaxfp8._src.laws import rounded_law as rounded_law
 from jaxfp8._src.random.config import default_method as default_method
 from jaxfp8._src.random.config import get_default_method as get_default_method
 from jaxfp8._src.random.config import METHODS as METHODS
@@ -44,6 +46,7 @@ from jaxfp8._src.random.samplers import triangular as triangular
 from jaxfp8._src.random.samplers import truncated_normal as truncated_normal
 from jaxfp8._src.random.samplers import uniform as uniform
 from jaxfp8._src.random.samplers import weibull_min as weibull_min
+from jaxfp8._src.random.table import table_law as table_law
 
 __all__ = [
     "METHODS", "ball", "bernoulli", "beta", "categorical", "cauchy",
@@ -51,6 +54,6 @@ __all__ = [
     "exponential", "gamma", "generalized_normal", "get_default_method",
     "gumbel", "laplace", "loggamma", "logistic", "lognormal", "maxwell",
     "multivariate_normal", "normal", "orthogonal", "pareto", "rademacher",
-    "rayleigh", "set_default_method", "t", "triangular", "truncated_normal",
-    "uniform", "weibull_min",
+    "rayleigh", "rounded_law", "set_default_method", "t", "table_law",
+    "triangular", "truncated_normal", "uniform", "weibull_min",
 ]
