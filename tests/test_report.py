@@ -128,6 +128,17 @@ def test_jaxfp8_cast_row_is_exact_in_every_format(fmt):
   assert cell.verdict == "ok", cell
 
 
+def test_missing_jaxfp8_api_is_a_not_available_cell():
+  runner = report_worker.Runner("jaxfp8", 256, 0)
+  runner.ops["gumbel2"] = report_worker.Op("gumbel2", "sample",
+                                           "random.gumbel2", shape=(8,))
+  res = runner.run("float8_e4m3fn", "gumbel2")
+  assert res == {"status": "n/a",
+                 "message": "jaxfp8.random.gumbel2: not available"}
+  cell = report.judge(runner.ops["gumbel2"], res, None, 8)
+  assert cell.verdict == "n/a" and "not available" in cell.status
+
+
 def test_native_cast_row_counts_overflow_nan():
   res = report_worker.Runner("native", 256, 0).run("float8_e4m3fn",
                                                   "cast with overflow")
