@@ -87,10 +87,11 @@ def sampled_law(plan, fmt) -> np.ndarray:
   unit = 1 << (32 - plan.width)
   coarse = plan.main[:1 << plan.width]
   for j, c in enumerate(coarse):
-    if plan.kind == "alias" and j < len(plan.b):
-      # split bucket: t to main[j], the rest to b[j]
-      q[index[int(c)]] += int(plan.t[j])
-      q[index[int(plan.b[j])]] += (1 << 16) - int(plan.t[j])
+    if plan.kind == "alias":  # t to a, the rest to b
+      a, b, t = int(c) & 255, (int(c) >> 8) & 255, int(c) >> 16
+      assert (t != 0) == (j < plan.fine) and (t != 0 or a == b)
+      q[index[a]] += t
+      q[index[b]] += (1 << 16) - t
     elif plan.kind == "two_level" and j < plan.fine:
       sub = plan.main[(1 << plan.width) + (j << plan.width2):][
           :1 << plan.width2]
@@ -111,7 +112,7 @@ def test_exact_tables_sample_the_law_within_2_to_minus_32(case, fmt):
   _, probs = laws.rounded_law(name, fmt, **params)
   np.testing.assert_array_equal(q, laws.quantize(probs, 32))
   assert np.all(np.abs(q / 2**32 - probs) < 2**-32)
-  assert len(plan.b) < len(probs)  # at most one split bucket per value
+  assert plan.fine < len(probs)  # at most one split bucket per value
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -18,8 +18,8 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 12.7 bits, not 18.
 - **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
   table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
-  a 16-bit threshold ``t``; the sample is ``a`` if ``r < t`` else ``b`` for 16
-  more random bits ``r``. At most one bucket per value is split (``0 < t``),
+  a 16-bit threshold ``t``, packed in one uint32 (one gather per sample); the
+  sample is ``a`` if ``r < t`` else ``b`` for 16 more random bits ``r``. At most one bucket per value is split (``0 < t``),
   so a sample needs ``r`` with probability at most ``(#values)/65536``
   (0.4% for fp8). Those ``r`` come from a small pool: every group of 32
   samples owns two extra words (four 16-bit slots) and its k-th split sample
@@ -117,19 +117,18 @@ def _alias(q: np.ndarray, codes: np.ndarray):
 
 
 class Plan(NamedTuple):
-  """How a law is sampled (all tables NumPy, built once per law).
+  """How a law is sampled (tables in NumPy, built once per law).
 
-  ``kind`` is ``"pure"`` (``main`` has ``2^width`` entries, one per draw),
+  ``kind`` is ``"pure"`` (``main`` has ``2^width`` codes, one per draw),
   ``"two_level"`` (draws ``u < fine`` read ``main[2^width + u * 2^width2 +
   r]`` with ``width2`` refinement bits ``r``, the others ``main[u]``) or
-  ``"alias"`` (split buckets ``u < len(b)`` give ``main[u]`` when the 16-bit
-  refinement is below ``t[u]``, else ``b[u]``).
+  ``"alias"`` (``main`` holds uint32 entries ``a | b << 8 | t << 16``; the
+  first ``fine`` buckets are split: ``a`` when the 16-bit refinement is below
+  ``t``, else ``b``; the others have ``t = 0`` and ``a = b``).
   """
   kind: str
   width: int
   main: np.ndarray
-  b: np.ndarray
-  t: np.ndarray
   fine: int = 0
   width2: int = 0
 
@@ -162,8 +161,7 @@ def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
     sub = (fine_buckets[:, None] * unit
            + np.arange(1 << width2)[None, :] * (unit >> width2)).ravel()
     fine = codes[np.searchsorted(edges, sub, side="right")]
-    empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
-    return Plan("two_level", width, np.concatenate([coarse, fine]), *empty,
+    return Plan("two_level", width, np.concatenate([coarse, fine]),
                 fine=len(fine_buckets), width2=width2)
   return None
 
@@ -176,19 +174,21 @@ def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
   _, probs = laws.rounded_law(dist, fmt, **dict(params))
   q = laws.quantize(probs, 32)
   codes = common.codes_table(fmt)
-  empty = np.zeros(0, np.uint8), np.zeros(0, np.uint32)
   candidates = []
   width = next((w for w in range(1, 17) if np.all(q % (1 << (32 - w)) == 0)),
                None)
   if width is not None:
     width = _free_width(width)
-    candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width)),
-                           *empty))
+    candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width))))
   two = _two_level(q, codes)
   if two is not None:
     candidates.append(two)
   if not candidates:
-    return Plan("alias", 16, *_alias(q, [int(c) for c in codes]))
+    main, b, t = _alias(q, [int(c) for c in codes])
+    packed = main.astype(np.uint32) | (main.astype(np.uint32) << 8)
+    packed[:len(b)] = (main[:len(b)].astype(np.uint32)
+                       | (b.astype(np.uint32) << 8) | (t << 16))
+    return Plan("alias", 16, packed, fine=len(b))
   return min(candidates, key=_bits)
 
 
@@ -232,23 +232,9 @@ def _refinement(key, split, n_pad: int, slot_bits: int = 16):
                   lambda: r.reshape(n_pad))
 
 
-_CHAIN = 8  # up to this many split buckets: selects; more: a gather
-
-
-def _lookup(u, values, n_split):
-  """``values[u]`` for ``u < n_split`` (anything elsewhere)."""
-  if values.shape[0] <= _CHAIN:  # a few selects beat a gather
-    out = jnp.broadcast_to(values[0], u.shape)
-    for j in range(1, values.shape[0]):
-      out = jnp.where(u == j, values[j], out)
-    return out
-  return values[jnp.minimum(u, n_split - 1)]
-
-
 @functools.partial(jax.jit, static_argnames=("kind", "width", "width2",
                                              "fmt_name", "shape"))
-def _sample(key, main, b, t, n_split, *, kind, width, width2, fmt_name,
-            shape):
+def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
   # The tables are arguments, not constants: one compilation serves every
   # law of a format, kind and shape.
   fmt = formats.get(fmt_name)
@@ -258,38 +244,26 @@ def _sample(key, main, b, t, n_split, *, kind, width, width2, fmt_name,
   elif kind == "two_level":
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.packed(k_main, n_pad, width)
-    fine = u < n_split
-    r = _refinement(k_ref, fine, n_pad, _SLOT_BITS).astype(jnp.int32)
-    index = jnp.where(fine, (1 << width) + (u << width2)
+    is_fine = u < fine
+    r = _refinement(k_ref, is_fine, n_pad, _SLOT_BITS).astype(jnp.int32)
+    index = jnp.where(is_fine, (1 << width) + (u << width2)
                       + (r >> (_SLOT_BITS - width2)), u)
     codes = main[index]
-  else:
+  else:  # one gather of a packed entry: a | b << 8 | t << 16
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.uint16(k_main, n_pad).astype(jnp.int32)
-    codes = main[u]
-    split = u < n_split
-    r = _refinement(k_ref, split, n_pad).astype(jnp.uint32)
-    above = split & (r >= _lookup(u, t, n_split))
-    codes = jnp.where(above, _lookup(u, b, n_split), codes)
+    entry = main[u]
+    r = _refinement(k_ref, u < fine, n_pad).astype(jnp.uint32)
+    codes = jnp.where(r < (entry >> 16), entry, entry >> 8).astype(jnp.uint8)
   return common.from_codes(codes[:n].reshape(shape), fmt)
-
-
-def _padded(a: np.ndarray) -> np.ndarray:
-  """Split tables padded to _CHAIN or 256 entries (few compilations)."""
-  if not len(a):
-    return a
-  size = _CHAIN if len(a) <= _CHAIN else 256
-  return np.concatenate([a, np.zeros(size - len(a), a.dtype)])
 
 
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float]):
   """Exact samples of ``dist`` (concrete scalar ``params``) rounded to ``fmt``."""
   p = plan(dist, fmt.name, tuple(sorted(params.items())))
-  n_split = p.fine if p.kind == "two_level" else len(p.b)
-  return _sample(key, p.main, _padded(p.b), _padded(p.t), np.int32(n_split),
-                 kind=p.kind, width=p.width, width2=p.width2,
-                 fmt_name=fmt.name, shape=tuple(shape))
+  return _sample(key, p.main, np.int32(p.fine), kind=p.kind, width=p.width,
+                 width2=p.width2, fmt_name=fmt.name, shape=tuple(shape))
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "bits"))
