@@ -94,27 +94,6 @@ def concrete_scalar(x: Any) -> float | None:
     return None
 
 
-def check_positive(value: float | None, arg: str, fn: str,
-                   allow_zero: bool = False) -> None:
-  """ValueError if a concrete parameter is not positive (or is NaN)."""
-  if value is None:
-    return
-  ok = value >= 0 if allow_zero else value > 0
-  if not ok or np.isnan(value):
-    want = "non-negative" if allow_zero else "positive"
-    raise ValueError(f"`{arg}` argument to `{fn}` must be {want}, got {value}")
-
-
-def check_less(lo: float | None, hi: float | None, lo_arg: str, hi_arg: str,
-               fn: str) -> None:
-  """ValueError unless ``lo < hi`` (checked when both are concrete)."""
-  if lo is None or hi is None:
-    return
-  if not lo < hi:
-    raise ValueError(f"`{lo_arg}` argument to `{fn}` must be less than "
-                     f"`{hi_arg}`, got {lo_arg}={lo} and {hi_arg}={hi}")
-
-
 def _concrete_array(x: Any) -> np.ndarray | None:
   """A concrete parameter as float64 NumPy (narrow decoded), else None."""
   if isinstance(x, CodeArray):
@@ -142,7 +121,8 @@ def check_positive_array(x: Any, arg: str, fn: str,
 
 def check_array_less(lo: Any, hi: Any, lo_arg: str, hi_arg: str,
                      fn: str, or_equal: bool = False) -> None:
-  """Like :func:`check_less` for concrete arrays (every element)."""
+  """ValueError unless ``lo < hi`` (``<=`` with ``or_equal``) element-wise;
+  checked when both are concrete (traced parameters are not checked)."""
   a, b = _concrete_array(lo), _concrete_array(hi)
   if a is None or b is None:
     return

@@ -197,12 +197,6 @@ def _bits(p: Plan) -> float:
   return main if p.kind == "pure" else main + _POOL_WORDS * 32 / _GROUP
 
 
-def plan_law(dist: str, fmt: formats.Format, params: dict) -> np.ndarray:
-  """The law (integer masses over ``fmt.values``, sum 2^32) that is sampled."""
-  _, probs = laws.rounded_law(dist, fmt, **params)
-  return laws.quantize(probs, 32)
-
-
 def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   """Random bits spent per sample (before padding to whole words)."""
   return _bits(plan(dist, fmt.name, tuple(sorted(params.items()))))

@@ -36,7 +36,6 @@ from jaxfp8._src.random import exact as exact_method
 from jaxfp8._src.random import table as table_method
 
 _ROUNDINGS = ("nearest", "stochastic")
-_LAW_MODULES = {"exact": exact_method, "table": table_method}
 
 
 def _resolve_method(method, rounding, dist, scalars, fmt, fn) -> str:
@@ -538,7 +537,7 @@ def ball(key, d, p=2, shape=(), dtype=None, *, out_sharding=None, method=None,
   shape = validate.check_shape(shape, fn)
   if fmt is None:
     return jax.random.ball(key, d, p, shape, dtype, out_sharding=out_sharding)
-  common.check_positive(common.concrete_scalar(p), "p", fn)
+  common.check_positive_array(p, "p", fn)
   return _draw(fn, key, None, fmt, params={},
                static={"d": int(d), "p": float(p), "shape": shape},
                method=method, rounding=rounding, out_sharding=out_sharding)
