@@ -605,6 +605,9 @@ def _plot(out_dir: str, plot_fmts: list[str],
       paths.append(report_plots.plot_family(
           os.path.join(plot_dir, f"{name}.png"), op.name, panels, n))
   log(f"wrote {len(paths)} pictures in {time.time() - t0:.1f}s")
+  if not paths:
+    return [], ("No pictures: the selected operations and formats have no "
+                "distribution to draw.")
   note = (f"One PNG per distribution family (formats: {', '.join(plot_fmts)}):"
           " grey bars are the exact probability of each representable value, "
           "red crosses native JAX's frequencies, blue dots jaxfp8's; the x "
