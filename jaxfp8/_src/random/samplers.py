@@ -38,7 +38,7 @@ from jaxfp8._src.random import table as table_method
 _ROUNDINGS = ("nearest", "stochastic")
 
 
-def _resolve_method(method, rounding, dist, scalars, fmt, fn) -> str:
+def _resolve_method(method, rounding, scalars, fmt, fn) -> str:
   """The method that will run, or an error for an impossible request."""
   if method is not None:
     validate.check_choice(method, config.METHODS, "method", fn)
@@ -52,7 +52,7 @@ def _resolve_method(method, rounding, dist, scalars, fmt, fn) -> str:
                        f"method='cast', got method={method!r}")
     return "cast"
   why = None
-  if dist not in laws.DISTRIBUTIONS:
+  if fn not in laws.DISTRIBUTIONS:
     why = f"`{fn}` has no closed-form CDF"
   elif not fmt.signed:
     why = f"{fmt.name} is unsigned"
@@ -76,7 +76,7 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
   scalars = {k: common.concrete_scalar(v) for k, v in params.items()}
   if table_bits is not None:
     table_bits = table_method.check_bits(table_bits, fn)
-  chosen = _resolve_method(method, rounding, fn, scalars, fmt, fn)
+  chosen = _resolve_method(method, rounding, scalars, fmt, fn)
   if chosen == "cast":
     arrays = {k: common.as_jax_param(v, k, fn) for k, v in params.items()}
     if shape is not None:
@@ -95,16 +95,14 @@ def _start(fn, key, shape, dtype, params=None):
   """Checks key, dtype and shape; returns (key, shape, narrow format)."""
   key = common.check_key(key, fn)
   fmt = common.out_format(dtype, fn)
-  if params is None:
-    shape = validate.check_shape(shape, fn)
-  elif shape is not None:
+  if params is None or shape is not None:  # with params, None broadcasts
     shape = validate.check_shape(shape, fn)
   return key, shape, fmt
 
 
-def _positive(params: dict[str, Any], fn: str, allow_zero=False) -> None:
+def _positive(params: dict[str, Any], fn: str) -> None:
   for arg, v in params.items():
-    common.check_positive_array(v, arg, fn, allow_zero)
+    common.check_positive_array(v, arg, fn)
 
 
 # -- distributions with a CDF: exact, table and cast ---------------------------
