@@ -11,23 +11,26 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   (packed ``32 // w`` to a word): one gather per sample. Uniform on [0, 1) is
   such a law in most formats (its masses are powers of two no smaller than
   half the smallest subnormal: 10 bits for float8_e4m3fn, 2 for float4).
-- **Two-level tables.** If all but at most 1/64 of the mass is pure at
+- **Two-level tables.** If all but at most 1/32 of the mass is pure at
   ``w = 8`` or ``10`` bits and the rest is pure at most 8 bits further, a
-  draw lands in a fine bucket with probability <= 1/64 and then reads a
+  draw lands in a fine bucket with probability <= 1/32 and then reads a
   second table with 8 pooled refinement bits (see below). This is how
   U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 12.7 bits, not 18.
 - **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
   table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
   a 16-bit threshold ``t``, packed in one uint32 (one gather per sample); the
-  sample is ``a`` if ``r < t`` else ``b`` for 16 more random bits ``r``. At most one bucket per value is split (``0 < t``),
-  so a sample needs ``r`` with probability at most ``(#values)/65536``
-  (0.4% for fp8). Those ``r`` come from a small pool: every group of 32
-  samples owns two extra words (four 16-bit slots) and its k-th split sample
-  takes slot k (k from a popcount of the group's mask, no sort, no scan). If
-  any group needs more than four slots (about once in 10^3 calls of 2^22
-  fp8 samples), the whole batch takes its ``r`` from a fresh stream of 16 bits
-  per sample instead (``lax.cond``). Either way each ``r`` used is uniform and
-  independent of everything else, so ``P(i) = q_i / 2^32`` exactly.
+  sample is ``a`` if ``r < t`` else ``b`` for 16 more random bits ``r``. At
+  most one bucket per value is split (``0 < t``), so a sample needs ``r``
+  with probability at most ``(#values)/65536`` (0.4% for fp8).
+
+Refinement bits come from a small pool: every group of 32 samples owns two
+extra words (four 16-bit or eight 8-bit slots) and its k-th sample needing
+one takes slot k (k from a popcount of the group's mask: no sort, no scan).
+If any group needs more slots than it has (in 0.2% of calls of 2^22 fp8
+normal samples, 2% for cauchy, at most 5% for two-level plans), the whole
+batch takes its refinements from a fresh stream instead (``lax.cond``).
+Either way each refinement used is uniform and independent of everything
+else, so ``P(i) = q_i / 2^32`` exactly.
 
 Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
 that plus 2 pooled for two-level tables, 18 (16 + 2 pooled) for alias tables.
@@ -148,7 +151,7 @@ def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
     unit = 1 << (32 - width)
     inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
     fine_buckets = np.unique(inner // unit)
-    if len(fine_buckets) * 64 > (1 << width):  # more than 1/64 of the mass
+    if len(fine_buckets) * 32 > (1 << width):  # more than 1/32 of the mass
       continue
     width2 = next((w for w in range(1, _SLOT_BITS + 1)
                    if np.all(inner % (unit >> w) == 0)), None)
@@ -254,7 +257,7 @@ def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
 
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float]):
-  """Exact samples of ``dist`` (concrete scalar ``params``) rounded to ``fmt``."""
+  """Exact samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
   p = plan(dist, fmt.name, tuple(sorted(params.items())))
   return _sample(key, p.main, np.int32(p.fine), kind=p.kind, width=p.width,
                  width2=p.width2, fmt_name=fmt.name, shape=tuple(shape))

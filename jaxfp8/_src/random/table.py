@@ -3,10 +3,11 @@
 For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
 table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
 interval holds the quantile at ``(j + 1/2) / 2^k``. A sample draws ``k``
-random bits (``32 // k`` draws per 32-bit word) and gathers one byte. Its law is the exact rounded law with the CDF
-at every rounding boundary rounded to a multiple of ``2^-k``: each value's
-probability is off by less than ``2^-k``, and values whose probability is
-below about ``2^-(k+1)`` may never appear. The cheapest method; use ``exact``
+random bits (``32 // k`` draws per 32-bit word) and gathers one byte. Its
+law is the exact rounded law with the CDF at every rounding boundary rounded
+to a multiple of ``2^-k``: each value's probability is off by less than
+``2^-k``, and values whose probability is below about ``2^-(k+1)`` may never
+appear. The cheapest method; use ``exact``
 when the tails matter.
 """
 from __future__ import annotations
