@@ -30,6 +30,8 @@ N = 2**20
 # (sampler name, law parameters, call(key, fmt, method)).
 CASES = [
     ("uniform", {}, lambda k, f, m: R.uniform(k, (N,), f, method=m)),
+    ("uniform", {"minval": -1.0, "maxval": 1.0},
+     lambda k, f, m: R.uniform(k, (N,), f, -1.0, 1.0, method=m)),
     ("uniform", {"minval": -3.0, "maxval": 5.0},
      lambda k, f, m: R.uniform(k, (N,), f, -3.0, 5.0, method=m)),
     ("normal", {}, lambda k, f, m: R.normal(k, (N,), f, method=m)),

@@ -86,6 +86,36 @@ def run(dists, fmts, n: int, repeats: int) -> list[list[object]]:
   return rows
 
 
+_BITS_LAWS = [
+    ("uniform", {}), ("uniform", {"minval": -1.0, "maxval": 1.0}),
+    ("uniform", {"minval": 0.0, "maxval": 3.0}), ("normal", {}),
+    ("truncated_normal", {"lower": -2.0, "upper": 2.0}), ("laplace", {}),
+    ("logistic", {}), ("exponential", {}), ("gumbel", {}), ("cauchy", {}),
+    ("lognormal", {"sigma": 1.0}), ("rayleigh", {"scale": 1.0}),
+    ("maxwell", {}), ("double_sided_maxwell", {"loc": 0.0, "scale": 1.0}),
+    ("weibull_min", {"scale": 1.0, "concentration": 2.0}),
+    ("pareto", {"b": 3.0}),
+    ("triangular", {"left": -1.0, "mode": 0.0, "right": 1.0}),
+]
+
+
+def bits_table(fmts) -> str:
+  """Markdown table: random bits per sample of ``exact``, by law and format
+  ("2L": two-level plan)."""
+  rows = []
+  for dist, params in _BITS_LAWS:
+    label = dist + (" (" + ", ".join(f"{k}={v:g}" for k, v in params.items())
+                    + ")" if params else "")
+    row = [label]
+    for name in fmts:
+      fmt = formats.get(name)
+      plan = exact_method.plan(dist, fmt.name, tuple(sorted(params.items())))
+      bits = exact_method.bits_per_sample(dist, fmt, params)
+      row.append(f"{bits:.3g}" + (" (2L)" if plan.kind == "two_level" else ""))
+    rows.append(row)
+  return _timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
+
+
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog="jaxfp8 bench random",
                                    description=__doc__.splitlines()[0])
@@ -96,7 +126,13 @@ def main(argv: list[str]) -> int:
                       default=["float8_e4m3fn", "float8_e5m2"])
   parser.add_argument("--dists", nargs="+", choices=sorted(_DISTS),
                       default=["uniform", "normal", "truncated_normal"])
+  parser.add_argument("--bits", action="store_true",
+                      help="print the bits-per-sample table of `exact` for "
+                      "every law and the given formats, and exit")
   args = parser.parse_args(argv)
+  if args.bits:
+    print(bits_table(args.formats))
+    return 0
   rows = run(args.dists, args.formats, 2**args.log2n, args.repeats)
   print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
         f"JAX {jax.__version__}, {jax.default_backend()} "
