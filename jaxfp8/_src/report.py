@@ -304,9 +304,8 @@ def _percent(x: float) -> str:
 
 
 def judge(op: report_worker.Op, result: dict[str, Any] | None,
-          law: report_laws.Law | None, n_expected: int) -> Cell:
+          law: report_laws.Law | None) -> Cell:
   """The verdict and the table text for one side of one operation."""
-  del n_expected
   if result is None:
     return Cell("error", "not run")
   status = result["status"]
@@ -406,7 +405,7 @@ def summary_tables(fmts: list[str], ops: list[report_worker.Op],
 def _brief(cell: Cell) -> str:
   if cell.verdict == "wrong" and cell.distance:
     return f"wrong ({cell.distance})"
-  return {"n/a": "n/a"}.get(cell.verdict, cell.verdict)
+  return cell.verdict
 
 
 def format_table(fmt: str, ops: list[report_worker.Op],
@@ -662,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
       law = laws.get((fmt, op.name), (None, ""))[0]
       for side in SIDES:
         cells[(side, fmt, op.name)] = judge(
-            op, results.get((side, fmt, op.name)), law, n)
+            op, results.get((side, fmt, op.name)), law)
 
   def after_job(results) -> None:
     if pictures or args.no_plots:

@@ -130,14 +130,6 @@ def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
 
 
 # -- statistics ---------------------------------------------------------------------
-def empirical(counts: list[list[float]], n: int, nan: int
-              ) -> dict[float, float]:
-  freq = {float(v): c / n for v, c in counts}
-  if nan:
-    freq[math.nan] = nan / n  # keyed apart below
-  return freq
-
-
 def total_variation(law: Law, counts: list[list[float]], n: int, nan: int
                     ) -> float:
   """TV distance between the sample's frequencies and the exact law.
