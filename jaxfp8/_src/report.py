@@ -287,7 +287,6 @@ class Cell:
   nan: str = ""
   distinct: str = ""
   distance: str = ""
-  tv: float | None = None
 
 
 def _esc(text: str) -> str:
@@ -322,10 +321,9 @@ def judge(op: report_worker.Op, result: dict[str, Any] | None,
     if result.get("wrong_dtype"):
       problems.append(f"returned {result['dtype']}")
     if law is not None:
-      cell.tv = report_laws.total_variation(law, result["counts"], n, nan)
-      cell.distance = f"TV {cell.tv:.3f}"
-      floor = report_laws.tv_floor(law, n)
-      if cell.tv > 2 * floor + 0.01:
+      tv = report_laws.total_variation(law, result["counts"], n, nan)
+      cell.distance = f"TV {tv:.3f}"
+      if tv > 2 * report_laws.tv_floor(law, n) + 0.01:
         problems.append("wrong law")
     if nan and (law is None or law[2] == 0):
       problems.append("NaN")
