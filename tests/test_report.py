@@ -16,6 +16,7 @@ from jaxfp8._src import laws
 from jaxfp8._src import report
 from jaxfp8._src import report_laws
 from jaxfp8._src import report_plots
+from jaxfp8._src import report_run
 from jaxfp8._src import report_worker
 
 NARROW = formats.names(narrow=True)
@@ -29,7 +30,7 @@ needs_matplotlib = pytest.mark.skipif(not report_plots.available(),
 
 
 def _env():
-  return report._worker_env(fast_compile=True)  # pylint: disable=protected-access
+  return report_run.worker_env(fast_compile=True)
 
 
 # -- the numbers the report judges against -----------------------------------------
@@ -52,7 +53,7 @@ def test_scipy_laws_agree_with_jaxfp8_laws(fmt, dist):
   """Two independent computations of each rounded law (SciPy, laws.py)."""
   pytest.importorskip("scipy")
   op = OPS[dist]
-  mine = report_laws._from_cdf(op.law_dict(), formats.get(fmt))  # pylint: disable=protected-access
+  mine = report_laws._from_cdf(op.law_dict(), formats.get(fmt))
   values, probs = laws.rounded_law(dist, fmt, **dict(op.kwargs))
   np.testing.assert_array_equal(mine[0], values)
   np.testing.assert_allclose(mine[1], probs, rtol=1e-9, atol=1e-15)
@@ -161,11 +162,11 @@ def test_native_cast_row_counts_overflow_nan():
 def test_abort_is_one_cell_and_the_rest_runs(monkeypatch):
   ops = ["cast with overflow", "constant under jit"]
   env = dict(_env())
-  env[report_worker.ABORT_AT_ENV] = report._task_id("float8_e5m2", ops[0])  # pylint: disable=protected-access
+  env[report_worker.ABORT_AT_ENV] = report_run.task_id("float8_e5m2", ops[0])
   logged = []
-  pool = report.WorkerPool(256, 0, env)
+  pool = report_run.WorkerPool(256, 0, env)
   try:
-    res = report.run_job(report.Job("native", "float8_e5m2", ops), pool,
+    res = report_run.run_job(report_run.Job("native", "float8_e5m2", ops), pool,
                          timeout=120, log=logged.append)
   finally:
     pool.close()
@@ -179,9 +180,9 @@ def test_abort_is_one_cell_and_the_rest_runs(monkeypatch):
                     reason="the float6 constant abort was measured on JAX 0.10")
 def test_native_float6_constant_aborts_without_ending_the_report():
   ops = ["constant under jit", "cast with overflow"]
-  pool = report.WorkerPool(256, 0, _env())
+  pool = report_run.WorkerPool(256, 0, _env())
   try:
-    res = report.run_job(report.Job("native", "float6_e2m3fn", ops), pool,
+    res = report_run.run_job(report_run.Job("native", "float6_e2m3fn", ops), pool,
                          timeout=120, log=lambda _: None)
   finally:
     pool.close()
@@ -191,9 +192,9 @@ def test_native_float6_constant_aborts_without_ending_the_report():
 
 def test_native_worker_draws_what_jax_draws_in_process():
   """The native cell measures the very samples jax.random gives."""
-  pool = report.WorkerPool(1 << 12, 0, _env())
+  pool = report_run.WorkerPool(1 << 12, 0, _env())
   try:
-    res = report.run_job(report.Job("native", "float8_e4m3fn", ["uniform"]),
+    res = report_run.run_job(report_run.Job("native", "float8_e4m3fn", ["uniform"]),
                          pool, timeout=120, log=lambda _: None)["uniform"]
   finally:
     pool.close()
