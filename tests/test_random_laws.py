@@ -155,6 +155,15 @@ def test_table_law_within_resolution(case, table_bits, fmt):
   assert np.all(table_p * 2**table_bits == np.round(table_p * 2**table_bits))
 
 
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float4_e2m1fn"])
+def test_compacted_table_has_the_same_law(fmt):
+  full = table_method.plan("uniform", fmt, (), 16)
+  small = table_method._compact("uniform", fmt, (), 16)
+  assert len(small) < len(full)
+  np.testing.assert_array_equal(np.repeat(small, len(full) // len(small)),
+                                full)
+
+
 def test_quantize_is_within_one_unit_and_keeps_dyadic_laws():
   rng = np.random.default_rng(0)
   p = rng.dirichlet(np.ones(200))

@@ -3,7 +3,8 @@
 For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
 table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
 interval holds the quantile at ``(j + 1/2) / 2^k``. A sample draws ``k``
-random bits (``32 // k`` draws per 32-bit word) and gathers one byte. Its
+random bits (``32 // k`` draws per 32-bit word; fewer when the table is
+constant on aligned blocks) and gathers one byte. Its
 law is the exact rounded law with the CDF at every rounding boundary rounded
 to a multiple of ``2^-k``: each value's probability is off by less than
 ``2^-k``, and values whose probability is below about ``2^-(k+1)`` may never
@@ -67,9 +68,28 @@ def _sample(key, table, *, fmt_name, shape, table_bits):
   return common.from_codes(codes[:n].reshape(shape), fmt)
 
 
+@functools.lru_cache(maxsize=256)
+def _compact(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...],
+             table_bits: int) -> np.ndarray:
+  """The table with runs of equal entries merged, as far as that saves words.
+
+  If the table is constant on aligned blocks of ``2^(k - w)`` entries, the
+  ``2^w``-entry table of one entry per block has exactly the same law and
+  needs ``w`` bits (U[0, 1) in float8_e4m3fn: 10).
+  """
+  table = plan(dist, fmt_name, params, table_bits)
+  width = table_bits
+  while width > 1 and np.all(table.reshape(-1, 2)[:, 0]
+                             == table.reshape(-1, 2)[:, 1]):
+    table, width = table[::2], width - 1
+  free = max(w for w in range(width, table_bits + 1)
+             if bits_lib.per_word(w) == bits_lib.per_word(width))
+  return plan(dist, fmt_name, params, table_bits)[::1 << (table_bits - free)]
+
+
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float], table_bits: int = DEFAULT_BITS):
   """Table samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
-  table = plan(dist, fmt.name, tuple(sorted(params.items())), table_bits)
+  table = _compact(dist, fmt.name, tuple(sorted(params.items())), table_bits)
   return _sample(key, table, fmt_name=fmt.name, shape=tuple(shape),
-                 table_bits=table_bits)
+                 table_bits=len(table).bit_length() - 1)
