@@ -20,6 +20,7 @@ from jaxfp8._src.random.config import METHODS as METHODS
 from jaxfp8._src.random.config import set_default_method as set_default_method
 from jaxfp8._src.random.samplers import ball as ball
 from jaxfp8._src.random.samplers import bernoulli as bernoulli
+from jaxfp8._src.random.samplers import binomial as binomial
 from jaxfp8._src.random.samplers import beta as beta
 from jaxfp8._src.random.samplers import categorical as categorical
 from jaxfp8._src.random.samplers import cauchy as cauchy
@@ -27,6 +28,7 @@ from jaxfp8._src.random.samplers import chisquare as chisquare
 from jaxfp8._src.random.samplers import dirichlet as dirichlet
 from jaxfp8._src.random.samplers import double_sided_maxwell as double_sided_maxwell
 from jaxfp8._src.random.samplers import exponential as exponential
+from jaxfp8._src.random.samplers import f as f
 from jaxfp8._src.random.samplers import gamma as gamma
 from jaxfp8._src.random.samplers import generalized_normal as generalized_normal
 from jaxfp8._src.random.samplers import gumbel as gumbel
@@ -49,9 +51,9 @@ from jaxfp8._src.random.samplers import weibull_min as weibull_min
 from jaxfp8._src.random.table import table_law as table_law
 
 __all__ = [
-    "METHODS", "ball", "bernoulli", "beta", "categorical", "cauchy",
-    "chisquare", "default_method", "dirichlet", "double_sided_maxwell",
-    "exponential", "gamma", "generalized_normal", "get_default_method",
+    "METHODS", "ball", "bernoulli", "beta", "binomial", "categorical",
+    "cauchy", "chisquare", "default_method", "dirichlet",
+    "double_sided_maxwell", "exponential", "f", "gamma", "generalized_normal", "get_default_method",
     "gumbel", "laplace", "loggamma", "logistic", "lognormal", "maxwell",
     "multivariate_normal", "normal", "orthogonal", "pareto", "rademacher",
     "rayleigh", "rounded_law", "set_default_method", "t", "table_law",

@@ -100,6 +100,11 @@ CAST_CALLS = {
     "generalized_normal": (
         lambda k, d, **o: R.generalized_normal(k, 1.5, (64,), d, **o),
         lambda k: jax.random.generalized_normal(k, 1.5, (64,), jnp.float32)),
+    "f": (lambda k, d, **o: R.f(k, 3.0, 5.0, (64,), d, **o),
+          lambda k: jax.random.f(k, 3.0, 5.0, (64,), jnp.float32)),
+    "binomial": (lambda k, d, **o: R.binomial(k, 10.0, 0.3, (64,), d, **o),
+                 lambda k: jax.random.binomial(k, 10.0, 0.3, (64,),
+                                               jnp.float32)),
     "dirichlet": (
         lambda k, d, **o: R.dirichlet(k, jnp.ones(3), (8,), d, **o),
         lambda k: jax.random.dirichlet(k, jnp.ones(3), (8,), jnp.float32)),
@@ -323,6 +328,9 @@ def test_bounds_in_order(bad):
     (lambda: R.dirichlet(K, jnp.array([1.0, -1.0]), None, "e4m3"), "alpha"),
     (lambda: R.triangular(K, 0.0, 3.0, 2.0, (2,), "e4m3"), "mode"),
     (lambda: R.bernoulli(K, 1.5, (2,)), "p"),
+    (lambda: R.binomial(K, 5.0, -0.5, (2,), "e4m3"), "p"),
+    (lambda: R.binomial(K, -5.0, 0.5, (2,), "e4m3"), "n"),
+    (lambda: R.f(K, 3.0, -1.0, (2,), "e4m3"), "dfden"),
 ])
 def test_bad_parameters(call, arg):
   with pytest.raises(ValueError, match=f"`{arg}` argument"):

@@ -469,6 +469,43 @@ def t(key, df, shape=None, dtype=None, *, out_sharding=None, method=None,
                                          out_sharding=out_sharding))
 
 
+def f(key, dfnum, dfden, shape=None, dtype=None, *, out_sharding=None,
+      method=None, rounding="nearest"):
+  """F-distribution samples (``dfnum``, ``dfden`` > 0), rounded (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.f(jax.random.key(0), 3.0, 5.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.5, 1.25, 0.875], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "f", key, shape, dtype, {"dfnum": dfnum, "dfden": dfden},
+      positive=("dfnum", "dfden"), out_sharding=out_sharding, method=method,
+      rounding=rounding,
+      jax_call=lambda k, s: jax.random.f(k, dfnum, dfden, s, dtype,
+                                         out_sharding=out_sharding))
+
+
+def binomial(key, n, p, shape=None, dtype=None, *, method=None,
+             rounding="nearest"):
+  """Binomial counts (``n`` >= 0 trials, success probability ``p``), rounded.
+
+  Counts above the format's integers round to nearest (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.binomial(jax.random.key(0), 10.0, 0.3, (3,), "e4m3")  # doctest: +SKIP
+  Array([3, 2, 4], dtype=float8_e4m3fn)
+  """
+  fn = "binomial"
+  pc = common.concrete_scalar(p)
+  if pc is not None and not 0 <= pc <= 1:
+    raise ValueError(f"`p` argument to `{fn}` must be in [0, 1], got {pc}")
+  common.check_positive_array(n, "n", fn, allow_zero=True)
+  return _cast_only(
+      fn, key, shape, dtype, {"n": n, "p": p}, method=method,
+      rounding=rounding,
+      jax_call=lambda k, s: jax.random.binomial(k, n, p, s, dtype))
+
+
 def dirichlet(key, alpha, shape=None, dtype=None, *, out_sharding=None,
               method=None, rounding="nearest"):
   """Dirichlet samples (last axis: categories; ``alpha`` > 0), rounded (cast).
