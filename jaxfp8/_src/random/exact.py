@@ -213,17 +213,23 @@ def _refinement(key, split, n_pad: int, slot_bits: int = 16):
   split samples than slots, every sample takes fresh bits instead.
   """
   groups = n_pad // _GROUP
-  slots = _POOL_WORDS * 32 // slot_bits
+  per_word = 32 // slot_bits
+  slots = _POOL_WORDS * per_word
   k_pool, k_fallback = jax.random.split(key)
   draw = bits_lib.uint16 if slot_bits == 16 else bits_lib.uint8
   m = split.reshape(groups, _GROUP).astype(jnp.uint32)
   lane = jnp.arange(_GROUP, dtype=jnp.uint32)
   word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
   rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
-  pool = draw(k_pool, groups * slots).reshape(groups, slots)
-  r = pool[:, slots - 1:slots]
-  for k in range(slots - 2, -1, -1):
-    r = jnp.where(rank == k, pool[:, k:k + 1], r)
+  # Slot ``rank``: word rank // per_word of the group's pool, shifted.
+  pool = bits_lib.words(k_pool, groups * _POOL_WORDS).reshape(
+      groups, _POOL_WORDS)
+  w = pool[:, _POOL_WORDS - 1:]
+  for k in range(_POOL_WORDS - 2, -1, -1):
+    w = jnp.where(rank < (k + 1) * per_word, pool[:, k:k + 1], w)
+  shift = (rank % per_word) * slot_bits
+  r = ((w >> shift) & jnp.uint32((1 << slot_bits) - 1)).astype(
+      jnp.uint16 if slot_bits == 16 else jnp.uint8)
   overflow = jnp.any(lax.population_count(word) > slots)
   return lax.cond(overflow, lambda: draw(k_fallback, n_pad),
                   lambda: r.reshape(n_pad))
