@@ -25,6 +25,7 @@ from jaxfp8._src import formats
 from jaxfp8._src.bench import _timing
 from jaxfp8._src.random import exact as exact_method
 from jaxfp8._src.random import samplers
+from jaxfp8._src.random import table as table_method
 
 # name -> (jax.random call with a dtype, jaxfp8.random call with a method)
 _DISTS: dict[str, tuple[Callable, Callable]] = {
@@ -76,11 +77,12 @@ def run(dists, fmts, n: int, repeats: int) -> list[list[object]]:
       times = _timing.interleaved_medians(
           {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
       base, native = times["f32->fmt"], times.get("native")
-      bits = {"f32->fmt": 32, "native": 32, "cast": 32, "table": 16,
-              "exact": exact_method.bits_per_sample(
-                  dist, fmt, _LAW_PARAMS.get(dist, {}))}
+      params = _LAW_PARAMS.get(dist, {})
+      bits = {"f32->fmt": 32, "native": 32, "cast": 32,
+              "table": table_method.bits_per_sample(dist, fmt, params),
+              "exact": exact_method.bits_per_sample(dist, fmt, params)}
       for variant, t in times.items():
-        rows.append([dist, fmt.name, variant, f"{bits[variant]:g}",
+        rows.append([dist, fmt.name, variant, f"{bits[variant]:.3g}",
                      f"{n / t / 1e6:.1f}", f"{base / t:.2f}",
                      f"{native / t:.2f}" if native else "n/a"])
   return rows

@@ -87,6 +87,13 @@ def _compact(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...],
   return plan(dist, fmt_name, params, table_bits)[::1 << (table_bits - free)]
 
 
+def bits_per_sample(dist: str, fmt: formats.Format, params: dict,
+                    table_bits: int = DEFAULT_BITS) -> float:
+  """Random bits spent per sample (before padding to whole words)."""
+  table = _compact(dist, fmt.name, tuple(sorted(params.items())), table_bits)
+  return 32 / bits_lib.per_word(len(table).bit_length() - 1)
+
+
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
            params: dict[str, float], table_bits: int = DEFAULT_BITS):
   """Table samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
