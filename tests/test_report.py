@@ -162,7 +162,8 @@ def test_native_cast_row_counts_overflow_nan():
 def test_abort_is_one_cell_and_the_rest_runs(monkeypatch):
   ops = ["cast with overflow", "constant under jit"]
   env = dict(_env())
-  env[report_worker.ABORT_AT_ENV] = report_run.task_id("float8_e5m2", ops[0])
+  env[report_worker.FAULT_ENV] = (
+      report_run.task_id("float8_e5m2", ops[0]) + "=abort")
   logged = []
   pool = report_run.WorkerPool(256, 0, env)
   try:
@@ -174,6 +175,22 @@ def test_abort_is_one_cell_and_the_rest_runs(monkeypatch):
   assert "SIGABRT" in res[ops[0]]["message"]
   assert res[ops[1]]["status"] == "ok" and res[ops[1]]["mismatch"] == 0
   assert any("abort" in line for line in logged)
+
+
+def test_a_hung_operation_is_a_timeout_cell():
+  ops = ["constant under jit", "cast with overflow"]
+  env = dict(_env())
+  env[report_worker.FAULT_ENV] = (
+      report_run.task_id("float8_e4m3fn", ops[0]) + "=hang")
+  pool = report_run.WorkerPool(256, 0, env)
+  try:
+    res = report_run.run_job(report_run.Job("native", "float8_e4m3fn", ops),
+                             pool, timeout=20, log=lambda _: None)
+  finally:
+    pool.close()
+  assert res[ops[0]] == {"status": "timeout",
+                         "message": "no answer within 20 s"}
+  assert res[ops[1]]["status"] == "ok"
 
 
 @pytest.mark.skipif(compat.JAX_VERSION[:2] != (0, 10),

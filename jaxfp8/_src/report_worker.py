@@ -31,9 +31,9 @@ import numpy as np
 # to [-2, 2]. jax.nn.initializers.variance_scaling divides by it.
 _TRUNC_STD = .87962566103423978
 
-# An environment variable naming a task id at which the worker aborts, used by
-# the tests to check that a crash becomes one table cell.
-ABORT_AT_ENV = "_JAXFP8_REPORT_ABORT_AT"
+# Fault injection for the tests: "<task id>=abort" or "<task id>=hang" makes
+# the worker abort, or stop answering, when it reaches that task.
+FAULT_ENV = "_JAXFP8_REPORT_FAULT"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,14 +400,16 @@ def _emit(line: str) -> None:
 def main() -> int:
   header = json.loads(sys.stdin.readline())
   runner = Runner(header["side"], header["n"], header["seed"])
-  abort_at = os.environ.get(ABORT_AT_ENV)
+  fault_at, _, fault = os.environ.get(FAULT_ENV, "").rpartition("=")
   for line in sys.stdin:  # one task per line, until END or end of input
     if line.strip() == "END":
       break
     task = json.loads(line)
     _emit(f"BEGIN {task['id']}")
-    if task["id"] == abort_at:
-      os.abort()
+    if task["id"] == fault_at:
+      if fault == "abort":
+        os.abort()
+      time.sleep(3600)
     wall, cpu = time.perf_counter(), time.process_time()
     result = runner.run(task["fmt"], task["op"])
     result["id"] = task["id"]
