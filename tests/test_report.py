@@ -265,6 +265,8 @@ def test_bad_arguments():
     report.main(["--ops", "nope", "--list"])
   with pytest.raises(SystemExit, match="e4m2"):
     report.main(["--formats", "e4m2", "--list"])
+  with pytest.raises(SystemExit, match="at least 64"):
+    report.main(["--samples", "0", "--list"])
   with pytest.raises(SystemExit, match="narrow"):
     report.main(["--formats", "float32", "--list"])
 

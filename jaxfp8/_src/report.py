@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
   """Runs the audit; returns the exit status (0 once report.md is written)."""
   args = _parse(list(sys.argv[1:] if argv is None else argv))
   n = args.samples
+  if n < 64:
+    raise SystemExit(f"jaxfp8 report: --samples must be at least 64, got {n}")
   ops = _select_ops(args.ops, n)
   try:
     fmts = [formats.get_narrow(f, arg="--formats", fn="jaxfp8 report").name
