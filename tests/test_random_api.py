@@ -179,6 +179,8 @@ def test_vmap_over_keys(method):
     np.testing.assert_array_equal(codes(batched[i]), codes(f(keys[i])))
   g = lambda k: R.normal(k, (65,), "e2m3", method=method).codes
   np.testing.assert_array_equal(jax.vmap(g)(keys)[1], g(keys[1]))
+  h = lambda k: R.uniform(k, (65,), "e5m2", method=method)  # two-level plan
+  np.testing.assert_array_equal(codes(jax.vmap(h)(keys)[2]), codes(h(keys[2])))
 
 
 def test_default_method_setting_and_context():
