@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.codes import CodeArray
@@ -161,10 +162,7 @@ def shard(out, out_sharding):
     return out
   if isinstance(out, CodeArray):
     return CodeArray(shard(out.codes, out_sharding), out.format)
-  reshard = getattr(jax.sharding, "reshard", None)
-  if reshard is not None:
-    return reshard(out, out_sharding)
-  return jax.lax.with_sharding_constraint(out, out_sharding)
+  return compat.reshard(out, out_sharding)
 
 
 def broadcast_shape(shape: Any, params: dict[str, Any], fn: str

@@ -1,0 +1,1 @@
+"""Private implementation of jaxfp8; import the public modules instead."""
