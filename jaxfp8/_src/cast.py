@@ -199,14 +199,15 @@ def _ste_jvp(fmt_name, rounding, saturate, as_codes, primals, tangents):
   return out, tangents[0].astype(out.dtype)
 
 
-def _to_float32(x, fn: str):
-  validate.check_array(x, "x", fn)
+def _to_float32(x, fn: str, arg: str = "x"):
+  """``x`` as float32 (narrow arrays and CodeArrays decoded exactly)."""
+  validate.check_array(x, arg, fn)
   if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
     return decode(x, jnp.float32)
   x = jnp.asarray(x)
   if not (jnp.issubdtype(x.dtype, jnp.floating)
           or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == bool):
-    raise TypeError(f"`x` argument to `{fn}` must be real numbers, got "
+    raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
                     f"{x.dtype}")
   return x.astype(jnp.float32)
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
@@ -53,15 +54,7 @@ def check_key(key: Any, fn: str) -> jax.Array:
 
 def as_float32(x: Any, arg: str, fn: str) -> jax.Array:
   """A parameter as float32 (narrow arrays and CodeArrays decoded exactly)."""
-  validate.check_array(x, arg, fn)
-  if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
-    return decode(x, jnp.float32)
-  x = jnp.asarray(x)
-  if not (jnp.issubdtype(x.dtype, jnp.floating)
-          or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == bool):
-    raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
-                    f"{x.dtype}")
-  return x.astype(jnp.float32)
+  return cast_lib._to_float32(x, fn, arg)  # pylint: disable=protected-access
 
 
 def as_jax_param(x: Any, arg: str, fn: str) -> Any:
