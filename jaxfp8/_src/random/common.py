@@ -19,7 +19,6 @@ from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.codes import CodeArray
-from jaxfp8._src.codes import decode
 
 
 def out_format(dtype: Any, fn: str) -> formats.Format | None:
