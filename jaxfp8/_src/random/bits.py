@@ -44,25 +44,15 @@ def per_word(width: int) -> int:
   return 32 // width
 
 
-def packed_words(n: int, width: int) -> int:
-  """How many words :func:`packed` draws for ``n`` draws of ``width`` bits."""
-  return -(-n // per_word(width))
-
-
-def unpack(w: jax.Array, n: int, width: int) -> jax.Array:
-  """The first ``n`` ``width``-bit draws (int32) of the words ``w``
-  (``packed_words(n, width)`` of them), ``32 // width`` per word."""
-  if width in (8, 16):
-    dtype = jnp.uint8 if width == 8 else jnp.uint16
-    return lax.bitcast_convert_type(w, dtype).reshape(-1)[:n].astype(
-        jnp.int32)
-  per = per_word(width)
-  shifts = jnp.arange(per, dtype=jnp.uint32) * width
-  u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
-  return u.reshape(-1)[:n].astype(jnp.int32)
-
-
 def packed(key, n: int, width: int) -> jax.Array:
   """``n`` independent uniform ``width``-bit integers (1 <= width <= 16), as
   int32, from ``ceil(n / (32 // width))`` words."""
-  return unpack(words(key, packed_words(n, width)), n, width)
+  per = per_word(width)
+  if width == 16:
+    return uint16(key, -(-n // 2) * 2)[:n].astype(jnp.int32)
+  if width == 8:
+    return uint8(key, -(-n // 4) * 4)[:n].astype(jnp.int32)
+  w = words(key, -(-n // per))
+  shifts = jnp.arange(per, dtype=jnp.uint32) * width
+  u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
+  return u.reshape(-1)[:n].astype(jnp.int32)

@@ -205,48 +205,28 @@ def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   return _bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
 
 
-# The group's split flags are packed into one word by viewing each four lanes'
-# 0/1 bytes as a uint32 (lane 4j + b lands on bit 8b: little-endian, as on
-# XLA's CPU and GPU backends; the tests check it) and or-ing the eight
-# words shifted by j: lane 4j + b is bit 8b + j. Slots go to split samples in
-# the order of these bit positions (a fixed order of the lanes; any fixed order
-# gives each split sample its own slot). Measured side by side: exact uniform
-# in float8_e5m2 and normal in float8_e4m3fn 10-25% faster than summing 32
-# shifted lanes.
-_LANE = np.arange(_GROUP)
-_BIT_OF_LANE = ((_LANE % 4) * 8 + _LANE // 4).astype(np.uint32)
-_LANE_ORDER = np.argsort(_BIT_OF_LANE)  # lanes in slot-assignment order
-
-
 def _refinement(key, split, n_pad: int, slot_bits: int = 16,
-                finish=lambda r: r, pool=None):
+                finish=lambda r: r):
   """``finish(r)`` for ``slot_bits`` uniform bits ``r`` per split sample.
 
   Each group of ``_GROUP`` samples owns ``_POOL_WORDS`` words: slots of
-  ``slot_bits`` bits; its k-th split sample (lanes in ``_LANE_ORDER``) takes
-  slot k. If a group has more split samples than slots, every sample takes
-  fresh bits instead. ``finish`` runs inside both branches, so it fuses with
-  the bits it uses (measured: faster for alias tables, slower for two-level
-  ones). ``pool`` (``n_pad // _GROUP * _POOL_WORDS`` words) may be given,
-  drawn with the sampler's own words (one ``jax.random.bits`` call: measured
-  10-25% faster for two-level plans, no faster for alias ones); else it is
-  drawn here.
+  ``slot_bits`` bits; its k-th split sample takes slot k. If a group has more
+  split samples than slots, every sample takes fresh bits instead.
+  ``finish`` runs inside both branches, so it fuses with the bits it uses
+  (measured: faster for alias tables, slower for two-level ones).
   """
   groups = n_pad // _GROUP
   per_word = 32 // slot_bits
   slots = _POOL_WORDS * per_word
   k_pool, k_fallback = jax.random.split(key)
   draw = bits_lib.uint16 if slot_bits == 16 else bits_lib.uint8
-  quads = lax.bitcast_convert_type(
-      split.astype(jnp.uint8).reshape(groups, _GROUP // 4, 4), jnp.uint32)
-  word = jnp.sum(quads << jnp.arange(_GROUP // 4, dtype=jnp.uint32), axis=1,
-                 dtype=jnp.uint32)
-  below = jnp.asarray((np.uint32(1) << _BIT_OF_LANE) - np.uint32(1))
-  rank = lax.population_count(word[:, None] & below)
+  m = split.reshape(groups, _GROUP).astype(jnp.uint32)
+  lane = jnp.arange(_GROUP, dtype=jnp.uint32)
+  word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
+  rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
   # Slot ``rank``: word rank // per_word of the group's pool, shifted.
-  if pool is None:
-    pool = bits_lib.words(k_pool, groups * _POOL_WORDS)
-  pool = pool.reshape(groups, _POOL_WORDS)
+  pool = bits_lib.words(k_pool, groups * _POOL_WORDS).reshape(
+      groups, _POOL_WORDS)
   w = pool[:, _POOL_WORDS - 1:]
   for k in range(_POOL_WORDS - 2, -1, -1):
     w = jnp.where(rank < (k + 1) * per_word, pool[:, k:k + 1], w)
@@ -256,14 +236,6 @@ def _refinement(key, split, n_pad: int, slot_bits: int = 16,
   overflow = jnp.any(lax.population_count(word) > slots)
   return lax.cond(overflow, lambda: finish(draw(k_fallback, n_pad)),
                   lambda: finish(r.reshape(n_pad)))
-
-
-def _draws_and_pool(key, n_pad: int, width: int):
-  """``n_pad`` draws of ``width`` bits and the refinement pool's words, from
-  one ``jax.random.bits`` call (disjoint words: independent)."""
-  n_main = bits_lib.packed_words(n_pad, width)
-  w = bits_lib.words(key, n_main + n_pad // _GROUP * _POOL_WORDS)
-  return bits_lib.unpack(w[:n_main], n_pad, width), w[n_main:]
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "width", "width2",
@@ -277,15 +249,15 @@ def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
     codes = main[bits_lib.packed(key, n_pad, width)]
   elif kind == "two_level":
     k_main, k_ref = jax.random.split(key)
-    u, pool = _draws_and_pool(k_main, n_pad, width)
+    u = bits_lib.packed(k_main, n_pad, width)
     is_fine = u < fine
-    r = _refinement(k_ref, is_fine, n_pad, _SLOT_BITS,
-                    pool=pool).astype(jnp.int32)
-    codes = main[jnp.where(is_fine, (1 << width) + (u << width2)
-                           + (r >> (_SLOT_BITS - width2)), u)]
+    r = _refinement(k_ref, is_fine, n_pad, _SLOT_BITS).astype(jnp.int32)
+    index = jnp.where(is_fine, (1 << width) + (u << width2)
+                      + (r >> (_SLOT_BITS - width2)), u)
+    codes = main[index]
   else:  # one gather of a packed entry: a | b << 8 | t << 16
     k_main, k_ref = jax.random.split(key)
-    u = bits_lib.uint16(k_main, n_pad)  # the pool apart: measured no slower
+    u = bits_lib.uint16(k_main, n_pad)
 
     def finish(r):
       entry = main[u.astype(jnp.int32)]
