@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
   sub = parser.add_subparsers(dest="command", required=True)
   sub.add_parser("report", help="audit the installed JAX (see --help)",
                  add_help=False)
-  b = sub.add_parser("bench", help="run a benchmark suite")
+  b = sub.add_parser("bench", help="run a benchmark suite (SUITE --help for its options)",
+                     add_help=False)
   b.add_argument("suite", choices=bench_suites())
   d = sub.add_parser("docs", help="regenerate the generated docs pages")
   d.add_argument("--out", default="docs")

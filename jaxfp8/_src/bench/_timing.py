@@ -23,13 +23,20 @@ def median_seconds(fn: Callable[[], object], *, repeats: int = 7,
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], *,
                         repeats: int = 7, warmup: int = 2) -> dict[str, float]:
-  """Medians of several functions timed round-robin, so noise hits all alike."""
+  """Medians of several functions timed round-robin, so noise hits all alike.
+
+  The order rotates from one round to the next: a function timed right after
+  a large one runs measurably slower (caches, allocator), and no function
+  should always take that place.
+  """
   for fn in fns.values():
     for _ in range(warmup):
       jax.block_until_ready(fn())
   times: dict[str, list[float]] = {k: [] for k in fns}
-  for _ in range(repeats):
-    for k, fn in fns.items():
+  names = list(fns)
+  for r in range(repeats):
+    for k in names[r % len(names):] + names[:r % len(names)]:
+      fn = fns[k]
       t0 = time.perf_counter()
       jax.block_until_ready(fn())
       times[k].append(time.perf_counter() - t0)
