@@ -51,11 +51,6 @@ def backend_holds(dtype: np.dtype) -> bool:
     return False
 
 
-def has_scaled_matmul_lowering() -> bool:
-  """Whether ``jax.nn.scaled_matmul`` lowers on the default backend."""
-  return jax.default_backend() != "cpu"
-
-
 def reshard(x, sharding):
   """Places ``x`` on ``sharding``: ``jax.sharding.reshard`` where it exists."""
   fn = getattr(jax.sharding, "reshard", None)
