@@ -191,6 +191,31 @@ def test_jax_random_routes_to_jaxfp8_random(fmt):
   assert not np.isnan(as_f64(t)).any()
 
 
+PREBUILT = [
+    ("lecun_uniform", ()), ("he_uniform", ()), ("glorot_uniform", ()),
+    ("lecun_normal", ()), ("he_normal", ()), ("glorot_normal", ()),
+    ("variance_scaling", (0.7, "fan_avg", "uniform")),
+    ("variance_scaling", (2.0, "fan_out", "truncated_normal")),
+    ("variance_scaling", (1.3, "fan_in", "normal")),
+    ("normal", (0.3,)), ("uniform", (0.3,)), ("truncated_normal", (0.3,)),
+]
+
+
+@pytest.mark.parametrize("name,args", PREBUILT,
+                         ids=[f"{n}{a}" for n, a in PREBUILT])
+def test_every_prebuilt_closure_is_the_float32_one_rounded_once(name, args):
+  # Built before install, as Flax builds its defaults at import. The uniform
+  # closures scale by ``jnp.sqrt(3 * variance)``: an expression with its own
+  # product, which must not stop them being answered whole.
+  prebuilt = getattr(jax.nn.initializers, name)(*args)
+  shape = (150, 256)
+  for fmt in ("float8_e5m2", "float8_e4m3fn"):
+    want = jaxfp8.cast(prebuilt(KEY, shape, jnp.float32), fmt)
+    with jaxfp8.installed():
+      got = prebuilt(KEY, shape, fmt)
+    np.testing.assert_array_equal(as_f64(got), as_f64(want), err_msg=fmt)
+
+
 @pytest.mark.parametrize("fmt", FP8)
 def test_prebuilt_and_new_initializers_agree(fmt):
   prebuilt = jax.nn.initializers.lecun_normal()  # like Flax's defaults

@@ -219,17 +219,20 @@ def _returned_times_one_value(code: types.CodeType) -> frozenset[int]:
     if not ins.opname.startswith("CALL"):
       continue
     depth = 0  # values pushed above the call's result
-    for nxt in instrs[j + 1:]:
-      if nxt.opname == "BINARY_OP" and nxt.argrepr == "*":
-        ok = depth == 1
-        after = instrs[instrs.index(nxt) + 1:]
-        if ok and after and after[0].opname == "RETURN_VALUE":
+    for i, nxt in enumerate(instrs[j + 1:], start=j + 1):
+      if nxt.opname == "BINARY_OP" and depth == 1:
+        # The scale expression is complete: ``r * <it>`` then return.
+        if (nxt.argrepr == "*" and i + 1 < len(instrs)
+            and instrs[i + 1].opname == "RETURN_VALUE"):
           # A running frame's f_lasti may point into the call's inline
           # caches (CPython 3.11+): accept every offset up to the next one.
           found.update(range(ins.offset, instrs[j + 1].offset))
         break
+      # Operations inside the scale expression (``jnp.sqrt(3 * variance)``)
+      # act on values pushed after ``r``, never on ``r`` itself.
       if not (nxt.opname.startswith(("LOAD_", "CALL", "PRECALL"))
-              or nxt.opname in ("KW_NAMES", "PUSH_NULL", "NOP", "CACHE")):
+              or nxt.opname in ("KW_NAMES", "PUSH_NULL", "NOP", "CACHE",
+                                "BINARY_OP")):
         break
       depth += dis.stack_effect(nxt.opcode, nxt.arg, jump=False)
       if depth < 0:
