@@ -309,3 +309,61 @@ def test_unsigned_scale_format_refused():
 def test_float6_comes_back_as_codes():
   w = init_lib.he_normal()(KEY, (64, 64), "float6_e2m3fn")
   assert isinstance(w, jaxfp8.CodeArray) and w.shape == (64, 64)
+
+
+ZERO_SCALE = [
+    ("normal", lambda: init_lib.normal(0.0)),
+    ("truncated_normal", lambda: init_lib.truncated_normal(0.0)),
+    ("uniform", lambda: init_lib.uniform(0.0)),
+    ("variance_scaling", lambda: init_lib.variance_scaling(0.0, "fan_in",
+                                                           "uniform")),
+    ("orthogonal", lambda: init_lib.orthogonal(0.0)),
+]
+
+
+@pytest.mark.parametrize("name,make", ZERO_SCALE,
+                         ids=[n for n, _ in ZERO_SCALE])
+def test_zero_scale_gives_zeros_without_warning(name, make):
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # exact zeros are held: nothing to warn
+    w = make()(KEY, (8, 8), "float8_e4m3fn")
+  assert (as_f64(w) == 0).all(), name
+
+
+def test_negative_uniform_scale_draws_below_zero():
+  w = as_f64(init_lib.uniform(-1.0)(KEY, (4096,), "float8_e4m3fn"))
+  want = as_f64(jaxfp8.cast(jax.nn.initializers.uniform(-1.0)(
+      KEY, (4096,), jnp.float32), "float8_e4m3fn"))
+  np.testing.assert_array_equal(w, want)
+  assert (w <= 0).all() and w.min() >= -1 and abs(w.mean() + 0.5) < 0.05
+
+
+@pytest.mark.parametrize("make,arg", [
+    (lambda: init_lib.normal(float("nan")), "stddev"),
+    (lambda: init_lib.truncated_normal(float("inf")), "stddev"),
+    (lambda: init_lib.uniform(float("inf")), "scale"),
+    (lambda: init_lib.orthogonal(float("nan")), "scale"),
+    (lambda: init_lib.variance_scaling(-1.0, "fan_in", "normal"), "scale"),
+    (lambda: init_lib.he_uniform(), None),  # control: no error
+], ids=["normal-nan", "truncated-inf", "uniform-inf", "orthogonal-nan",
+        "variance_scaling-negative", "control"])
+def test_non_finite_or_negative_spread_is_a_clear_error(make, arg):
+  init = make()
+  if arg is None:
+    assert not np.isnan(as_f64(init(KEY, (8, 8), "float8_e4m3fn"))).any()
+    return
+  with pytest.raises(ValueError, match=f"`{arg}` argument to"):
+    init(KEY, (8, 8), "float8_e4m3fn")
+  # Wide dtypes keep JAX's behaviour (no error).
+  init(KEY, (8, 8), jnp.float32)
+
+
+def test_constant_non_finite():
+  for v, fmt in ((np.inf, "float8_e5m2"), (-np.inf, "float8_e4m3fn")):
+    with pytest.warns(init_lib.FormatRangeWarning, match="saturate"):
+      w = as_f64(init_lib.constant(v)(KEY, (3,), fmt))
+    assert (w == np.sign(v) * formats.get(fmt).max).all()
+  # NaN asked for is NaN where the format has one, an error where it has not.
+  assert np.isnan(as_f64(init_lib.constant(np.nan)(KEY, (3,), "e5m2"))).all()
+  with pytest.raises(ValueError, match="`value`.*float4_e2m1fn.*no NaN"):
+    init_lib.constant(np.nan)(KEY, (3,), "float4_e2m1fn")

@@ -106,15 +106,26 @@ class Law:
     var = 1 + (a * pa - b * pb) / z - mean**2
     return self.scale * math.sqrt(max(var, 0.0))
 
+  def atom_at_zero(self) -> float:
+    """P(X == 0): 1 for a law that is exactly zero (a zero scale)."""
+    if self.kind == "constant":
+      return float(self.lower == 0)
+    if self.kind == "uniform":
+      return float(self.lower == self.upper == 0)
+    return float(self.scale == 0)
+
   def zero_mass(self, fmt: formats.Format) -> float:
-    """Share of weights that round to zero (ties at the boundary don't)."""
+    """Share of nonzero weights that round to zero (ties at the boundary
+    don't); weights that are exactly zero are held exactly."""
     h = fmt.min_subnormal / 2
     if self.kind == "constant":
       return float(self.lower != 0 and abs(self.lower) <= h)
-    return self.mass_between(-h, h)
+    return self.mass_between(-h, h) - self.atom_at_zero()
 
   def saturated_mass(self, fmt: formats.Format) -> float:
     """Share of weights beyond the format's largest value (clipped to it)."""
+    if self.kind == "constant":
+      return float(abs(self.lower) > fmt.max)
     return self.mass_between(-math.inf, -fmt.max) + (1 - self.cdf(fmt.max))
 
   def negative_mass(self) -> float:
@@ -140,11 +151,29 @@ def _concrete(x: Any) -> float | None:
     return None
 
 
+def _param(x: Any, arg: str, fn: str, *,
+           nonnegative: bool = False) -> float | None:
+  """``x`` as a finite float (None when traced or an array), or raises.
+
+  Raises:
+    ValueError: ``x`` is NaN or infinite (or negative, if ``nonnegative``):
+      the narrow weights would be NaN or saturated throughout.
+  """
+  v = _concrete(x)
+  if v is not None and (not math.isfinite(v) or (nonnegative and v < 0)):
+    expected = "finite and >= 0" if nonnegative else "finite"
+    raise ValueError(f"`{arg}` argument to `{fn}` must be {expected} for "
+                     f"weights in a narrow format, got {v}")
+  return v
+
+
 def _suggested_shift(law: Law, fmt: formats.Format) -> int:
   """k such that weights times 2^k sit mid-range of ``fmt`` (geometrically)."""
-  spread = law.std() or abs(law.lower)
+  spread = abs(law.lower) if law.kind == "constant" else law.std()
+  if not (spread > 0 and math.isfinite(spread)):
+    return 0
   target = math.sqrt(fmt.min_normal * fmt.max) if fmt.max > 1 else fmt.max / 4
-  return round(math.log2(target / spread)) if spread else 0
+  return round(math.log2(target / spread))
 
 
 def _fitting_formats(law: Law, fmt: formats.Format) -> list[str]:
@@ -173,6 +202,11 @@ def check_range(fn: str, law: Law | None, fmt: formats.Format) -> None:
   """
   if law is None:
     return
+  if law.kind == "constant" and math.isnan(law.lower):
+    if fmt.has_nan:
+      return  # asked for, and held
+    raise ValueError(f"`value` argument to `{fn}` is NaN, which {fmt.name} "
+                     "can't hold (it has no NaN encoding)")
   if not fmt.signed and law.negative_mass() > 0:
     raise ValueError(
         f"`{fn}` can't draw {law.describe()} in {fmt.name}: it is a scale "
@@ -234,9 +268,10 @@ def _fans(shape: tuple[int, ...], in_axis, out_axis, batch_axis
   return size(in_axis) * receptive, size(out_axis) * receptive
 
 
-def _variance_law(scale, mode, distribution, in_axis, out_axis, batch_axis):
+def _variance_law(fn, scale, mode, distribution, in_axis, out_axis,
+                  batch_axis):
   def law(shape):
-    s = _concrete(scale)
+    s = _param(scale, "scale", fn, nonnegative=True)
     if s is None or not shape or math.prod(shape) == 0:
       return None
     fan_in, fan_out = _fans(shape, in_axis, out_axis, batch_axis)
@@ -319,8 +354,10 @@ def uniform(scale: RealNumeric = 1e-2,
   Array([0.875, 0.3125, 0.625], dtype=float8_e5m2)
   """
   def law(_):
-    s = _concrete(scale)
-    return None if s is None else Law("uniform", lower=0.0, upper=s)
+    s = _param(scale, "scale", "uniform")
+    # A negative scale draws from (scale, 0], as jax.nn's does.
+    return None if s is None else Law("uniform", lower=min(s, 0.0),
+                                      upper=max(s, 0.0))
   return _rounded("uniform", _jax.uniform(scale, dtype), dtype, law)
 
 
@@ -338,7 +375,7 @@ def normal(stddev: RealNumeric = 1e-2,
   0.02
   """
   def law(_):
-    s = _concrete(stddev)
+    s = _param(stddev, "stddev", "normal")
     return None if s is None else Law("normal", abs(s))
   return _rounded("normal", _jax.normal(stddev, dtype), dtype, law)
 
@@ -362,7 +399,8 @@ def truncated_normal(stddev: RealNumeric = 1e-2,
   False
   """
   def law(_):
-    s, lo, hi = _concrete(stddev), _concrete(lower), _concrete(upper)
+    s = _param(stddev, "stddev", "truncated_normal")
+    lo, hi = _concrete(lower), _concrete(upper)
     if None in (s, lo, hi) or not lo < hi:
       return None
     return Law("normal", abs(s), lo, hi)
@@ -412,7 +450,8 @@ def _variance_scaling(fn, scale, mode, distribution, in_axis, out_axis,
                             out_axis=out_axis, batch_axis=batch_axis,
                             dtype=dtype),
       dtype,
-      _variance_law(scale, mode, distribution, in_axis, out_axis, batch_axis))
+      _variance_law(fn, scale, mode, distribution, in_axis, out_axis,
+                    batch_axis))
 
 
 def _named_variance_scaling(name: str, scale: float, mode: str,
@@ -456,9 +495,9 @@ kaiming_uniform = he_uniform
 kaiming_normal = he_normal
 
 
-def _orthogonal_law(scale, column_axis):
+def _orthogonal_law(fn, scale, column_axis):
   def law(shape):
-    s = _concrete(scale)
+    s = _param(scale, "scale", fn)
     if s is None or len(shape) < 2 or math.prod(shape) == 0:
       return None
     cols = shape[column_axis]
@@ -487,7 +526,7 @@ def orthogonal(scale: RealNumeric = 1.0, column_axis: int = -1,
   True
   """
   return _rounded("orthogonal", _jax.orthogonal(scale, column_axis, dtype),
-                  dtype, _orthogonal_law(scale, column_axis))
+                  dtype, _orthogonal_law("orthogonal", scale, column_axis))
 
 
 def delta_orthogonal(scale: RealNumeric = 1.0, column_axis: int = -1,
@@ -507,7 +546,7 @@ def delta_orthogonal(scale: RealNumeric = 1.0, column_axis: int = -1,
   >>> k.shape, bool((k[0].astype(jnp.float32) == 0).all())
   ((3, 3, 16, 16), True)
   """
-  ortho = _orthogonal_law(scale, column_axis)
+  ortho = _orthogonal_law("delta_orthogonal", scale, column_axis)
   return _rounded("delta_orthogonal",
                   _jax.delta_orthogonal(scale, column_axis, dtype), dtype,
                   lambda shape: ortho(shape[-2:]))
