@@ -69,7 +69,8 @@ def test_output_types(fmt):
 
 
 @pytest.mark.parametrize("dtype", [None, jnp.float32, jnp.bfloat16,
-                                   jnp.float16])
+                                   jnp.float16, jnp.float64, "float64"])
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype")
 def test_wide_dtypes_are_jax_random(dtype):
   np.testing.assert_array_equal(R.normal(K, (5,), dtype),
                                 jax.random.normal(K, (5,), dtype))
@@ -238,8 +239,8 @@ def test_no_cdf_means_cast_by_default_and_error_when_asked():
   with pytest.raises(NotImplementedError, match="no closed-form CDF"):
     R.gamma(K, 2.0, (10,), "e4m3", method="exact")
   with pytest.raises(NotImplementedError, match="unsigned"):
-    R.normal(K, (10,), "e8m0", method="table")
-  assert R.normal(K, (10,), "e8m0").dtype == jnp.float8_e8m0fnu
+    R.exponential(K, (10,), "e8m0", method="table")
+  assert R.exponential(K, (10,), "e8m0").dtype == jnp.float8_e8m0fnu
 
 
 def test_bernoulli_exact_for_traced_per_element_p():
@@ -361,3 +362,75 @@ def test_unknown_options():
     R.normal(K, (3,), "e4m2")
   with pytest.raises(ValueError, match="`shape` argument to `normal`"):
     R.normal(K, (-1,), "e4m3")
+
+
+@pytest.mark.parametrize("call,arg", [
+    (lambda m: R.uniform(K, (8,), "e4m3", -np.inf, np.inf, method=m),
+     "minval"),
+    (lambda m: R.uniform(K, (8,), "e4m3", 0.0, np.inf, method=m), "maxval"),
+    (lambda m: R.double_sided_maxwell(K, np.nan, 1.0, (8,), "e4m3",
+                                      method=m), "loc"),
+    (lambda m: R.triangular(K, 0.0, 0.0, np.inf, (8,), "e4m3", method=m),
+     "right"),
+    (lambda m: R.weibull_min(K, np.inf, 2.0, (8,), "e4m3", method=m),
+     "scale"),
+    (lambda m: R.uniform(K, (2,), "e4m3", 0.0, jnp.array([1.0, np.inf]),
+                         method=m), "maxval"),
+])
+@pytest.mark.parametrize("method", [None, "exact", "table", "cast"])
+def test_non_finite_parameters_are_refused(call, arg, method):
+  if method in ("exact", "table") and "jnp.array" in inspect.getsource(call):
+    pytest.skip("per-element parameters are cast-only")
+  with pytest.raises(ValueError, match=f"`{arg}` argument to"):
+    call(method)
+
+
+def test_infinite_truncation_bounds_are_allowed():
+  for m in ("exact", "table", "cast"):
+    x = np.asarray(R.truncated_normal(K, -np.inf, 0.5, (4096,), "e4m3",
+                                      method=m).astype(np.float32))
+    assert np.isfinite(x).all() and x.max() <= 0.5 and x.min() < -2, m
+
+
+def test_law_functions_check_their_arguments():
+  with pytest.raises(ValueError, match="`minval` argument to `uniform`"):
+    R.rounded_law("uniform", "e4m3", minval=1.0, maxval=0.0)
+  with pytest.raises(ValueError, match="`sigma` argument to `lognormal`"):
+    R.rounded_law("lognormal", "e4m3", sigma=-1.0)
+  with pytest.raises(ValueError, match="`table_bits` argument to `table_law`"):
+    R.table_law("normal", "e2m1", table_bits=0)
+
+
+def test_unsigned_format_only_for_positive_draws():
+  e8m0 = "float8_e8m0fnu"
+  for call in (lambda: R.normal(K, (4,), e8m0),
+               lambda: R.rademacher(K, (4,), e8m0),
+               lambda: R.uniform(K, (4,), e8m0, -1.0, 1.0),
+               lambda: R.laplace(K, (4,), e8m0)):
+    with pytest.raises(ValueError, match="`dtype` argument.*unsigned"):
+      call()
+  # Positive draws work, with no NaN even where float32 draws exactly 0
+  # (u = 0 has probability 2^-23 in jax.random.uniform's float32).
+  u = np.asarray(R.uniform(K, (1 << 20,), e8m0).astype(np.float32))
+  e = np.asarray(R.exponential(K, (1 << 16,), e8m0).astype(np.float32))
+  assert not np.isnan(u).any() and not np.isnan(e).any()
+  assert u.max() <= 1.0 and abs(np.median(u) - 0.5) <= 0.25
+
+
+def test_batch_of_keys_is_refused_by_name():
+  keys = jax.random.split(K, 3)
+  with pytest.raises(ValueError, match="`key` argument to `normal`.*single"):
+    R.normal(keys, (2,), "e4m3")
+  with pytest.raises(ValueError, match="`key` argument to `bernoulli`"):
+    R.bernoulli(keys, 0.5, (2,))
+  out = jax.vmap(lambda k: R.normal(k, (2,), "e4m3"))(keys)
+  assert out.shape == (3, 2)
+
+
+def test_ball_with_traced_p_and_bernoulli_mode():
+  f = jax.jit(lambda p: R.ball(K, 3, p, (2,), "e4m3"))
+  np.testing.assert_array_equal(
+      np.asarray(f(2.0).astype(np.float32)),
+      np.asarray(R.ball(K, 3, 2.0, (2,), "e4m3").astype(np.float32)))
+  with pytest.raises(ValueError, match="`mode` argument to `bernoulli`"):
+    R.bernoulli(K, 0.5, (3,), mode="bogus")

@@ -32,15 +32,6 @@ from jaxfp8._src.codes import decode
 Population = Any  # jax.Array (float or native narrow) or jaxfp8.CodeArray
 
 
-def _check_single_key(key: Any, fn: str) -> jax.Array:
-  key = validate.check_key(key, fn)
-  typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-  if key.ndim != (0 if typed else 1):
-    raise ValueError(f"`key` argument to `{fn}` must be a single PRNG key, got "
-                     f"a batch of keys of shape {key.shape}")
-  return key
-
-
 def _check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
   if isinstance(popsize, (bool, np.bool_)) or not isinstance(
       popsize, (int, np.integer)):
@@ -170,7 +161,7 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   True
   """
   fn = "perturbations"
-  key = _check_single_key(key, fn)
+  key = validate.check_single_key(key, fn)
   popsize = _check_popsize(popsize, antithetic, fn)
   shape = validate.check_shape(shape, fn)
   fmt = _population_format(dtype, fn)
@@ -239,7 +230,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   ((8, 5), dtype(float8_e4m3fn))
   """
   fn = "sample_population"
-  key = _check_single_key(key, fn)
+  key = validate.check_single_key(key, fn)
   popsize = _check_popsize(popsize, antithetic, fn)
   fmt = _population_format(dtype, fn)
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)

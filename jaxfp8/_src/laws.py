@@ -273,7 +273,35 @@ def _param_values(d: Distribution, params: dict[str, Any]) -> tuple[float, ...]:
     if value is None:
       raise TypeError(f"{d.name} needs the parameter {name!r}")
     out.append(float(value))
+  _check_domain(d.name, dict(zip(d.params, out)))
   return tuple(out)
+
+
+# Parameters that must be > 0, and ordered pairs (a, b, strict: a < b).
+_POSITIVE = ("sigma", "scale", "concentration", "b")
+_ORDERED = (("minval", "maxval", True), ("lower", "upper", True),
+            ("left", "right", True), ("left", "mode", False),
+            ("mode", "right", False))
+
+
+def _check_domain(dist: str, p: dict[str, float]) -> None:
+  """ValueError naming the parameter when ``p`` is outside the law's domain.
+
+  Every parameter must be finite, except truncated_normal's bounds, which may
+  be infinite (one-sided or no truncation).
+  """
+  for name, v in p.items():
+    if math.isnan(v) or (math.isinf(v) and dist != "truncated_normal"):
+      raise ValueError(f"`{name}` argument to `{dist}` must be finite, got "
+                       f"{v}")
+    if name in _POSITIVE and not v > 0:
+      raise ValueError(f"`{name}` argument to `{dist}` must be positive, got "
+                       f"{v}")
+  for a, b, strict in _ORDERED:
+    if a in p and b in p and not (p[a] < p[b] if strict else p[a] <= p[b]):
+      rel = "less than" if strict else "at most"
+      raise ValueError(f"`{a}` argument to `{dist}` must be {rel} `{b}`, got "
+                       f"{a}={p[a]} and {b}={p[b]}")
 
 
 def cdf(dist: str, x: Any, **params: float) -> np.ndarray:

@@ -32,6 +32,17 @@ def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
       f"{' of dtype ' + str(key.dtype) if hasattr(key, 'dtype') else ''}")
 
 
+def check_single_key(key: Any, fn: str) -> jax.Array:
+  """Like :func:`check_key`, and a ValueError for a batch of keys."""
+  key = check_key(key, fn)
+  typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+  if key.ndim != (0 if typed else 1):
+    raise ValueError(f"`key` argument to `{fn}` must be a single PRNG key, "
+                     f"got a batch of keys of shape {key.shape} (jax.vmap "
+                     "over the keys instead)")
+  return key
+
+
 def check_shape(shape: Any, fn: str, arg: str = "shape") -> tuple[int, ...]:
   """Canonicalizes a shape, raising TypeError/ValueError naming ``arg``."""
   if isinstance(shape, (int, np.integer)):

@@ -35,5 +35,11 @@ def sample(key: jax.Array, dist: str, fmt: formats.Format,
   x = getattr(jax.random, dist)(key, dtype=jnp.float32, **static, **arrays)
   if rounding == "stochastic":
     rand = jax.random.bits(rkey, x.shape, jnp.uint32)
-  return cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
-                            not fmt.native)
+  out = cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
+                           not fmt.native)
+  if not fmt.signed:
+    # E8M0 has no zero: a float32 draw of exactly 0 stands for a positive
+    # real below float32's resolution, whose nearest value is the smallest.
+    out = jnp.where(x == 0, jnp.asarray(fmt.values[:1].astype(fmt.dtype))[0],
+                    out)
+  return out

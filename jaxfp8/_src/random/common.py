@@ -30,6 +30,12 @@ def out_format(dtype: Any, fn: str) -> formats.Format | None:
   """
   if dtype is None or dtype is float:
     return None
+  try:  # float64 and other wide NumPy floats go to jax.random as given
+    dt = np.dtype(dtype)
+    if np.issubdtype(dt, np.floating) and not formats.is_narrow(dt):
+      return None
+  except TypeError:
+    pass  # a format name such as "e4m3": the registry knows it
   try:
     fmt = formats.get(dtype, arg="dtype", fn=fn)
   except TypeError as e:
@@ -49,6 +55,21 @@ def _dtype_name(dtype: Any) -> str:
 def check_key(key: Any, fn: str) -> jax.Array:
   """A typed key or raw uint32 key, else a TypeError naming `key`."""
   return validate.check_key(key, fn)
+
+
+def check_finite(params: dict[str, Any], fn: str,
+                 allow_inf: tuple[str, ...] = ()) -> None:
+  """ValueError naming the parameter when a concrete one holds NaN or (unless
+  allowed) an infinity: the samples would be NaN or meaningless."""
+  for arg, v in params.items():
+    a = _concrete_array(v)
+    if a is None:
+      continue
+    bad = np.isnan(a) if arg in allow_inf else ~np.isfinite(a)
+    if bad.any():
+      raise ValueError(f"`{arg}` argument to `{fn}` must be "
+                       f"{'not NaN' if arg in allow_inf else 'finite'}, got "
+                       f"{a if a.ndim == 0 else a[bad][:4]}")
 
 
 def as_float32(x: Any, arg: str, fn: str) -> jax.Array:

@@ -73,7 +73,10 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
           rounding="nearest", table_bits=None, out_sharding=None):
   """Runs the chosen method; ``params`` are the user's numeric parameters."""
   static = dict(static or {})
+  key = validate.check_single_key(key, fn)
+  common.check_finite(params, fn, allow_inf=_MAY_BE_INFINITE.get(fn, ()))
   scalars = {k: common.concrete_scalar(v) for k, v in params.items()}
+  _check_sign(fn, fmt, scalars)
   if table_bits is not None:
     table_bits = table_method.check_bits(table_bits, fn)
   chosen = _resolve_method(method, rounding, scalars, fmt, fn)
@@ -89,6 +92,32 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
   else:
     out = exact_method.sample(key, fn, shape, fmt, scalars)
   return common.shard(out, out_sharding)
+
+
+# Parameters that may be infinite (a one-sided or no truncation).
+_MAY_BE_INFINITE = {"truncated_normal": ("lower", "upper")}
+# Samplers whose draws are > 0 (almost surely) whatever their parameters, and
+# those whose draws are > 0 when one parameter is >= 0.
+_POSITIVE_DRAWS = frozenset({"exponential", "gamma", "beta", "chisquare",
+                             "lognormal", "pareto", "rayleigh", "maxwell",
+                             "weibull_min", "dirichlet", "f"})
+_POSITIVE_IF = {"uniform": "minval", "triangular": "left",
+                "truncated_normal": "lower"}
+
+
+def _check_sign(fn: str, fmt: formats.Format, scalars: dict[str, Any]):
+  """ValueError for draws that can be negative in an unsigned format (E8M0:
+  no sign, no zero): they would come back as NaN."""
+  if fmt.signed or fn in _POSITIVE_DRAWS:
+    return
+  arg = _POSITIVE_IF.get(fn)
+  if arg is not None and scalars.get(arg) is not None and scalars[arg] >= 0:
+    return
+  cond = (f" unless `{arg}` is a concrete value >= 0" if arg else "")
+  raise ValueError(
+      f"`dtype` argument to `{fn}` is {fmt.name}, an unsigned scale format "
+      f"(powers of two, no zero, no sign), and `{fn}` draws values <= 0"
+      f"{cond}; use a signed format such as float8_e4m3fn")
 
 
 def _start(fn, key, shape, dtype, params=None):
@@ -573,8 +602,8 @@ def ball(key, d, p=2, shape=(), dtype=None, *, out_sharding=None, method=None,
   if fmt is None:
     return jax.random.ball(key, d, p, shape, dtype, out_sharding=out_sharding)
   common.check_positive_array(p, "p", fn)
-  return _draw(fn, key, None, fmt, params={},
-               static={"d": int(d), "p": float(p), "shape": shape},
+  return _draw(fn, key, None, fmt, params={"p": p},
+               static={"d": int(d), "shape": shape},
                method=method, rounding=rounding, out_sharding=out_sharding)
 
 
@@ -624,7 +653,8 @@ def bernoulli(key, p=0.5, shape=None, mode="low", *, out_sharding=None,
   Array([False, False,  True], dtype=bool)
   """
   fn = "bernoulli"
-  key = common.check_key(key, fn)
+  key = validate.check_single_key(key, fn)
+  validate.check_choice(mode, ("high", "low"), "mode", fn)
   if shape is not None:
     shape = validate.check_shape(shape, fn)
   p32 = common.as_float32(p, "p", fn)
@@ -664,10 +694,12 @@ def rademacher(key, shape=(), dtype=None, *, out_sharding=None, method=None):
     fmt = None  # integer dtypes are jax.random's business
   if fmt is None:
     return jax.random.rademacher(key, shape, dtype, out_sharding=out_sharding)
+  key = validate.check_single_key(key, fn)
+  _check_sign(fn, fmt, {})
   if method is not None:
     validate.check_choice(method, config.METHODS, "method", fn)
   chosen = config.get_default_method() if method is None else method
-  if chosen == "cast" or not fmt.signed:
+  if chosen == "cast":
     out = common.wrap(cast_method.sample(key, fn, fmt, {}, {"shape": shape}),
                       fmt)
   else:

@@ -52,6 +52,7 @@ def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
   """``(values, probs)``: the law the table method samples (its own
   quantized law), over the same values as :func:`laws.rounded_law`."""
   fmt = formats.get(fmt)
+  table_bits = check_bits(table_bits, "table_law")
   table = plan(dist, fmt.name, tuple(sorted(params.items())), table_bits)
   code_to_index = {int(c): i for i, c in enumerate(common.codes_table(fmt))}
   index = np.array([code_to_index[int(c)] for c in table])
