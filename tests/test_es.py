@@ -221,6 +221,10 @@ def test_centered_rank():
   np.testing.assert_allclose(np.asarray(es.centered_rank(jnp.asarray(x))),
                              want, rtol=0, atol=1e-7)
   np.testing.assert_array_equal(es.centered_rank(jnp.ones(1)), [0.0])
+  # A diverged candidate (NaN fitness) ranks lowest, below -inf: it must not
+  # pull the mean towards it.
+  r = np.asarray(es.centered_rank(jnp.array([1.0, jnp.nan, -jnp.inf, 3.0])))
+  np.testing.assert_allclose(r, [1 / 6, -0.5, -1 / 6, 0.5], atol=1e-7)
 
 
 @pytest.mark.parametrize("antithetic", [True, False])
@@ -284,3 +288,15 @@ def test_openai_es_errors():
   state = opt.init(jnp.zeros(3))
   with pytest.raises(ValueError, match=r"`fitness`.*\(8,\)"):
     opt.tell(state, opt.ask(jax.random.key(0), state), jnp.zeros(7))
+  eps = opt.ask(jax.random.key(0), state)
+  for bad in (eps[:4], jnp.zeros((8, 5), jnp.float8_e4m3fn)):
+    with pytest.raises(ValueError, match=r"`population`.*\(8, 3\)"):
+      opt.tell(state, bad, jnp.zeros(8))
+  for kwargs, err, arg in (({"sigma_decay": 0.0}, ValueError, "sigma_decay"),
+                           ({"sigma_min": -1.0}, ValueError, "sigma_min"),
+                           ({"sigma": float("nan")}, ValueError, "sigma"),
+                           ({"sigma": "0.1"}, TypeError, "sigma"),
+                           ({"sigma": jnp.ones(2)}, TypeError, "sigma")):
+    with pytest.raises(err, match=f"`{arg}` argument to `OpenAIES`"):
+      es.OpenAIES(8, optax.adam(0.1), **kwargs)
+  assert es.OpenAIES(8, optax.adam(0.1), sigma=jnp.float32(0.5)).sigma == 0.5

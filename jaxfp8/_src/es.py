@@ -252,16 +252,21 @@ def centered_rank(fitness: Any) -> jax.Array:
   """Fitness shaping: ranks mapped linearly onto [-0.5, 0.5].
 
   The lowest fitness gets -0.5 and the highest 0.5 (ties are ranked in index
-  order), so the update ignores the scale and outliers of the fitness.
+  order), so the update ignores the scale and outliers of the fitness. NaN
+  fitness (a diverged candidate) ranks lowest, below -inf.
 
   >>> centered_rank(jnp.array([3.0, -1.0, 10.0]))
+  Array([ 0. , -0.5,  0.5], dtype=float32)
+  >>> centered_rank(jnp.array([3.0, jnp.nan, 10.0]))
   Array([ 0. , -0.5,  0.5], dtype=float32)
   """
   x = jnp.asarray(fitness)
   n = x.shape[0]
   if n < 2:
     return jnp.zeros(x.shape, jnp.float32)
-  ranks = jnp.argsort(jnp.argsort(x, stable=True), stable=True)
+  # argsort puts NaN last (best): sort (not NaN, value) pairs instead.
+  order = jnp.lexsort((jnp.where(jnp.isnan(x), 0, x), ~jnp.isnan(x)))
+  ranks = jnp.argsort(order, stable=True)
   return ranks.astype(jnp.float32) / (n - 1) - 0.5
 
 
@@ -339,9 +344,20 @@ class OpenAIES:
       raise TypeError(f"`optimizer` argument to `{fn}` must be an optax "
                       f"GradientTransformation, got "
                       f"{type(self.optimizer).__name__}")
-    if not self.sigma > 0:
-      raise ValueError(f"`sigma` argument to `{fn}` must be positive, got "
-                       f"{self.sigma}")
+    for arg, lo, strict in (("sigma", 0.0, True), ("sigma_decay", 0.0, True),
+                            ("sigma_min", 0.0, False)):
+      v = getattr(self, arg)
+      try:  # Python and NumPy numbers, 0-d arrays
+        if isinstance(v, (bool, str)) or np.ndim(v) != 0:
+          raise TypeError
+        v = float(v)
+      except (TypeError, ValueError) as e:
+        raise TypeError(f"`{arg}` argument to `{fn}` must be a float, got "
+                        f"{type(v).__name__} {np.shape(v) or ''}") from e
+      if not (np.isfinite(v) and (v > lo if strict else v >= lo)):
+        want = "positive" if strict else "non-negative"
+        raise ValueError(f"`{arg}` argument to `{fn}` must be finite and "
+                         f"{want}, got {v}")
 
   def init(self, mean: Any) -> ESState:
     """The initial state, centred on ``mean`` (any shape, kept in float32)."""
@@ -361,6 +377,11 @@ class OpenAIES:
   def tell(self, state: ESState, population: Population,
            fitness: Any) -> ESState:
     """Moves the mean along the estimated search gradient; decays sigma."""
+    want = (self.popsize, *state.mean.shape)
+    if tuple(getattr(population, "shape", ())) != want:
+      raise ValueError(f"`population` argument to `OpenAIES.tell` must have "
+                       f"shape {want} (popsize, *mean.shape), as `ask` "
+                       f"returns it, got {getattr(population, 'shape', None)}")
     fitness = jnp.asarray(fitness, jnp.float32)
     if fitness.shape != (self.popsize,):
       raise ValueError(f"`fitness` argument to `OpenAIES.tell` must have shape "
