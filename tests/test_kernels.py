@@ -353,3 +353,45 @@ def test_highest_precision_widens_tiles_exactly():
   _mx_check(out, am, am, jnp.float32)
   with pytest.raises(ValueError, match="precision"):
     ops.scaled_matmul(a, b, 1.0, 1.0, precision="bogus")
+
+
+@pytest.mark.parametrize("interpret", [True, None], ids=["kernel", "reference"])
+def test_scales_applied_without_spurious_overflow(interpret):
+  a = jnp.full((2, 32), 4.0, jnp.float8_e4m3fn)  # a @ a.T = 512 per entry
+  cases = [(2.0**127, 2.0**-120, 512 * 2.0**7),  # product 2^7: one multiply
+           (2.0**-120, 2.0**127, 512 * 2.0**7),
+           (2.0**100, 2.0**30, 512 * 2.0**130),  # product overflows, result too
+           (2.0**-90, 2.0**-40, 512 * 2.0**-130),  # underflows, result too
+           (2.0**120, 2.0**-100, 512 * 2.0**20), (0.0, 2.0**127, 0.0),
+           (0.5, 3.0, 768.0)]
+  for sa, sb, want in cases:
+    out = ops.scaled_matmul(a, a, sa, sb, out_dtype=jnp.float32,
+                            interpret=interpret)
+    want32 = np.float32(want)  # inf past float32's range, 0 below 2^-149
+    if 0 < abs(want32) < _TINY:  # CPU may flush float32 subnormals
+      assert float(out[0, 0]) in (0.0, float(want32)), (sa, sb)
+    else:
+      assert float(out[0, 0]) == float(want32), (sa, sb, out[0, 0])
+  # Scales whose product overflows but whose result is finite.
+  big = ops.scaled_matmul(a, a, 2.0**100, 2.0**100, out_dtype=jnp.float32,
+                          interpret=interpret)
+  assert np.isinf(np.asarray(big)).all()
+  tiny = jnp.full((2, 32), 2.0**-9, jnp.float8_e4m3fn)  # a @ a.T = 2^-13
+  out = ops.scaled_matmul(tiny, tiny, 2.0**120, 2.0**20,
+                          out_dtype=jnp.float32, interpret=interpret)
+  assert float(out[0, 0]) == 2.0**127
+
+
+def test_dot_general_precision_as_lax_takes_it():
+  x = jnp.ones((2, 3, 32), jnp.float8_e4m3fn)
+  w = jnp.ones((32, 5), jnp.float8_e4m3fn)
+  dims = (((2,), (0,)), ((), ()))
+  for p in ("DEFAULT", "highest", "float32", jax.lax.Precision.HIGH,
+            (jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT)):
+    out = ops.dot_general(x, w, dims, precision=p, interpret=True)
+    assert out.shape == (2, 3, 5) and float(out[0, 0, 0]) == 32.0, p
+  # What lax.dot_general refuses, it refuses here too, in its own words.
+  with pytest.raises((ValueError, TypeError, KeyError)):
+    jax.lax.dot_general(x, w, dims, precision="bogus")
+  with pytest.raises((ValueError, TypeError, KeyError)):
+    ops.dot_general(x, w, dims, precision="bogus", interpret=True)

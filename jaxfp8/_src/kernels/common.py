@@ -99,10 +99,25 @@ def check_out_dtype(out_dtype: Any, fn: str) -> np.dtype:
   return dt
 
 
+def _as_precision(p: Any) -> lax.Precision:
+  """One ``lax.Precision`` from an enum or a name, as lax.dot_general reads
+  them ("DEFAULT", "highest", "float32", "bfloat16"...)."""
+  if isinstance(p, lax.Precision):
+    return p
+  if isinstance(p, str):
+    try:
+      return lax.Precision[p.upper()]
+    except KeyError:
+      return lax.Precision(p.lower())
+  raise TypeError(p)
+
+
 def widen_to_bf16(precision: Any, fn: str) -> bool:
   """Whether ``precision`` asks for fp8 tiles widened to bfloat16 in-kernel.
 
-  None / DEFAULT / HIGH: fp8 MMA. HIGHEST: both tiles are widened to
+  ``precision`` is what ``lax.dot_general`` takes: None, a
+  ``lax.Precision``, its name, or a pair of those (lhs, rhs). None / DEFAULT
+  / HIGH: fp8 MMA. HIGHEST (for either operand): both tiles are widened to
   bfloat16 (exact for every e4m3 and e5m2 value) and multiplied by the
   bfloat16 MMA, which accumulates at full float32 precision, at half the fp8
   rate. (Hopper's fp8 MMA sums each 32-long product block with fewer bits
@@ -110,13 +125,41 @@ def widen_to_bf16(precision: Any, fn: str) -> bool:
   """
   if precision is None:
     return False
+  pair = (tuple(precision) if isinstance(precision, (tuple, list))
+          and len(precision) == 2 else (precision,))
   try:
-    p = (precision if isinstance(precision, lax.Precision)
-         else lax.Precision(precision))
+    ps = [_as_precision(p) for p in pair if p is not None]
   except (ValueError, TypeError, KeyError) as e:
-    raise ValueError(f"`precision` argument to `{fn}` must be None or a "
-                     f"jax.lax.Precision, got {precision!r}") from e
-  return p == lax.Precision.HIGHEST
+    raise ValueError(f"`precision` argument to `{fn}` must be None, a "
+                     f"jax.lax.Precision or its name, or a pair of those, got "
+                     f"{precision!r}") from e
+  return lax.Precision.HIGHEST in ps
+
+
+def apply_scales(acc: jax.Array, a_scale: jax.Array, b_scale: jax.Array
+                 ) -> jax.Array:
+  """``acc * a_scale * b_scale`` without a spurious overflow or underflow.
+
+  The scales' product multiplies ``acc`` once when it is a normal float32
+  number (or 0); when it overflows, ``acc`` meets the smaller scale first,
+  when it underflows, the larger, so the result is finite and nonzero
+  whenever the true product is, whichever operand holds which scale. Only
+  scalar comparisons and selects (Triton lowers them).
+  """
+  p = a_scale * b_scale
+  a_big = jnp.abs(a_scale) >= jnp.abs(b_scale)
+  big = jnp.where(a_big, a_scale, b_scale)
+  small = jnp.where(a_big, b_scale, a_scale)
+  mag = jnp.abs(p)
+  normal = (mag <= _F32_MAX) & ((mag >= _F32_TINY) | (small == 0))
+  overflow = mag > _F32_MAX  # also for an infinite scale: inf either way
+  first = jnp.where(normal, p, jnp.where(overflow, small, big))
+  second = jnp.where(normal, jnp.float32(1), jnp.where(overflow, big, small))
+  return acc * first * second
+
+
+_F32_MAX = np.float32(np.finfo(np.float32).max)
+_F32_TINY = np.float32(np.finfo(np.float32).tiny)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,8 @@ def _kernel(a_ref, b_ref, a_scale_ref, b_scale_ref, o_ref, *, block_k: int,
 
   num_k = a_ref.shape[1] // block_k
   acc = lax.fori_loop(0, num_k, body, jnp.zeros(o_ref.shape, jnp.float32))
-  o_ref[...] = (acc * a_scale_ref[0] * b_scale_ref[0]).astype(o_ref.dtype)
+  o_ref[...] = common.apply_scales(acc, a_scale_ref[0],
+                                  b_scale_ref[0]).astype(o_ref.dtype)
 
 
 def scaled_matmul_reference(a: jax.Array, b: jax.Array, a_scale: Any,
@@ -73,7 +74,7 @@ def scaled_matmul_reference(a: jax.Array, b: jax.Array, a_scale: Any,
                         preferred_element_type=jnp.float32)
   a_scale = jnp.asarray(a_scale, jnp.float32).reshape(())
   b_scale = jnp.asarray(b_scale, jnp.float32).reshape(())
-  return (acc * a_scale * b_scale).astype(out_dtype)
+  return common.apply_scales(acc, a_scale, b_scale).astype(out_dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
@@ -221,9 +222,13 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
          and np.dtype(rhs.dtype) in common.FP8_DTYPES)
   if preferred_element_type is None and fp8:
     preferred_element_type = jnp.float32
+  try:  # a DotAlgorithm or other lax-only precision: lax.dot_general's
+    widen = common.widen_to_bf16(precision, "dot_general")
+    precision_ok = True
+  except ValueError:
+    precision_ok = False
   use_kernel = (
-      fp8 and not l_bat and not r_bat
-      and (precision is None or isinstance(precision, (str, lax.Precision)))
+      fp8 and not l_bat and not r_bat and precision_ok
       and np.dtype(preferred_element_type) in common.OUT_DTYPES
       and common.resolve_mode(interpret, "dot_general") != "reference")
   if not use_kernel:
@@ -238,5 +243,6 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   a = jnp.transpose(lhs, (*l_kept, *l_con)).reshape(-1, k)
   b = jnp.transpose(rhs, (*r_kept, *r_con)).reshape(-1, k)
   out = scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
-                      interpret=interpret, precision=precision)
+                      interpret=interpret,
+                      precision=lax.Precision.HIGHEST if widen else None)
   return out.reshape(out_shape)
