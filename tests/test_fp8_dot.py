@@ -239,3 +239,34 @@ def test_nnx_linear_delayed_scaling_with_optimizer():
   current = nnx.Linear(8, 4, dot_general=P.NnxFp8DotGeneral(
       scaling="current"), rngs=nnx.Rngs(0))
   assert current(x).shape == (64, 4)
+
+
+def test_narrow_output_saturates_and_mixed_inputs_promote():
+  dims = (((1,), (0,)), ((), ()))
+  a = jnp.full((1, 4), 20.0, jnp.float8_e4m3fn)
+  b = jnp.full((4, 1), 20.0, jnp.float8_e4m3fn)
+  out = P.fp8_dot_general(a, b, dims)  # 1600 > 448: saturates, not NaN
+  assert out.dtype == jnp.float8_e4m3fn and float(out[0, 0]) == 448.0
+  # A narrow operand counts as float32 in promotion; so do two formats.
+  assert P.fp8_dot_general(a, jnp.ones((4, 1)), dims).dtype == jnp.float32
+  assert P.fp8_dot_general(a, jnp.ones((4, 1), jnp.bfloat16),
+                           dims).dtype == jnp.float32
+  mixed = P.fp8_dot_general(a, jnp.ones((4, 1), jnp.float8_e5m2), dims)
+  assert mixed.dtype == jnp.float32 and float(mixed[0, 0]) == 80.0
+  # Gradients into narrow operands saturate too.
+  g = jax.grad(lambda x: P.fp8_dot_general(x, b, dims).astype(
+      jnp.float32).sum() * 100.0)(a)
+  assert g.dtype == jnp.float8_e4m3fn and not np.isnan(
+      np.asarray(g.astype(jnp.float32))).any()
+  with pytest.raises(ValueError, match="`lhs_scaling`.*signed"):
+    P.fp8_dot_general(jnp.ones((1, 2)), jnp.ones((2, 1)), dims,
+                      lhs_scaling="e8m0")
+
+
+def test_codearray_operands_are_decoded():
+  dims = (((1,), (0,)), ((), ()))
+  ca = jaxfp8.cast(jnp.array([[1.0, 2.0], [0.5, -1.0]]), "e2m3")
+  exact = P.CurrentScaling("e4m3", power_of_two=True)
+  out = P.fp8_dot_general(ca, jnp.eye(2), dims, lhs_scaling=exact,
+                          rhs_scaling=exact)
+  np.testing.assert_array_equal(np.asarray(out), [[1.0, 2.0], [0.5, -1.0]])

@@ -169,3 +169,25 @@ def test_training_with_narrow_params_learns_only_with_stochastic_rounding():
   # nearest rounding stalls, stochastic rounding keeps descending
   assert nearest > 0.95 * start and stochastic < 0.6 * start, (
       start, nearest, stochastic)
+
+
+def test_stochastic_round_into_float6_gives_codes():
+  x = jnp.full((4096,), 1.0 + 1 / 32)  # a quarter step above 1 in e2m3
+  y = P.stochastic_round(x, "float6_e2m3fn", jax.random.key(3))
+  assert isinstance(y, jaxfp8.CodeArray)
+  v = np.asarray(jaxfp8.decode(y))
+  assert set(np.unique(v)) <= {1.0, 1.125} and abs(v.mean() - x[0]) < 0.01
+
+
+def test_stochastic_round_saturates_infinities():
+  y = P.stochastic_round(jnp.array([jnp.inf, -jnp.inf, jnp.nan]), "bf16",
+                         jax.random.key(0))
+  bf_max = float(jnp.finfo(jnp.bfloat16).max)
+  v = np.asarray(y.astype(jnp.float32))
+  assert v[0] == bf_max and v[1] == -bf_max and np.isnan(v[2])
+
+
+def test_codearray_params_are_refused_clearly():
+  tx = P.with_stochastic_rounding(optax.sgd(0.1), key=jax.random.key(0))
+  with pytest.raises(NotImplementedError, match="float6_e2m3fn.*CodeArray"):
+    tx.init({"w": jaxfp8.cast(jnp.ones(3), "e2m3")})

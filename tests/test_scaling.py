@@ -182,3 +182,45 @@ def test_loss_scale_scale_unscale_keeps_dtypes():
   assert bool(P.all_finite({"i": jnp.arange(3)}))
   with pytest.raises(ValueError, match="scalar"):
     ls.adjust(jnp.array([True, False]))
+
+
+def test_scales_stay_in_float32_range():
+  huge = jnp.float32(3e38)
+  s = P.compute_scale(huge, "e2m1", margin=3)
+  assert float(s) == float(np.finfo(np.float32).max)  # clamped, not previous
+  s2 = P.compute_scale(huge, "e2m1", margin=3, power_of_two=True)
+  assert float(s2) == 2.0**127
+  q = np.asarray(jaxfp8.decode(P.quantize(jnp.array([huge]), "e2m1", s)))
+  assert np.isfinite(q).all() and q[0] > 0
+  # The margin is an exact power of two, both ways.
+  assert float(P.compute_scale(jnp.float32(896.0), "e4m3", margin=-3)) == 0.25
+  assert float(P.compute_scale(jnp.float32(896.0), "e4m3", margin=5)) == 64.0
+  for bad in (127, -200):
+    with pytest.raises(ValueError, match="`margin` argument to `compute_scale`"):
+      P.compute_scale(huge, "e4m3", margin=bad)
+  with pytest.raises(ValueError, match="`margin` argument to `CurrentScaling`"):
+    P.CurrentScaling("e4m3", margin=400)
+
+
+def test_unsigned_scale_format_refused_for_scaled_tensors():
+  for make in (lambda: P.CurrentScaling("e8m0"),
+               lambda: P.DelayedScaling.create("e8m0"),
+               lambda: P.compute_scale(1.0, "e8m0"),
+               lambda: P.quantize(jnp.ones(2), "e8m0", 1.0)):
+    with pytest.raises(ValueError, match="signed format"):
+      make()
+
+
+def test_narrow_inputs_the_backend_cannot_hold():
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  ca = jaxfp8.cast(jnp.array([1.0, -3.0, 0.5]), "e2m3")
+  host = np.array([1.0, -3.0, 0.5], ml_dtypes.float6_e2m3fn)
+  for x in (ca, host):
+    assert float(P.amax(x)) == 3.0
+    q = P.quantize(x, "e4m3", 0.5)
+    np.testing.assert_array_equal(np.asarray(q.astype(jnp.float32)),
+                                  [2.0, -6.0, 1.0])
+    q2, scale = P.CurrentScaling("e5m2").quantize(x)
+    np.testing.assert_allclose(
+        np.asarray(jaxfp8.decode(q2)) * float(scale), [1.0, -3.0, 0.5],
+        rtol=0.125)

@@ -33,8 +33,11 @@ from jaxfp8._src import formats
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
 from jaxfp8._src.kernels import scaled_matmul as kernels_scaled_matmul
+from jaxfp8._src import scaling
 from jaxfp8._src.scaling import _quantize_raw
+from jaxfp8._src.cast import _cast_jit
 from jaxfp8._src.scaling import amax
+from jaxfp8._src.scaling import as_float32
 from jaxfp8._src.scaling import CurrentScaling
 from jaxfp8._src.scaling import DelayedScaling
 
@@ -127,6 +130,15 @@ def _quantize_operand(x, scaling):
       scaling.update(amax(x32)))
 
 
+def _to_dtype(x: jax.Array, dtype: np.dtype) -> jax.Array:
+  """``x.astype(dtype)``, saturating (jaxfp8.cast) into a narrow dtype, where
+  ``astype`` would give NaN (e4m3fn) or Inf past the format's max."""
+  if not formats.is_narrow(dtype):
+    return x.astype(dtype)
+  return _cast_jit(x.astype(jnp.float32), None, formats.get(dtype).name,
+                   "nearest", True, False)
+
+
 def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
                     static: _Static):
   q_l, s_l, next_l = _quantize_operand(lhs, lhs_scaling)
@@ -134,7 +146,7 @@ def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
   # One scale at a time: s_l * s_r alone may overflow where the result won't.
   out = _matmul(q_l, q_r, static.dimension_numbers) * s_l * s_r
   res = (q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling)
-  return out.astype(static.out_dtype), res
+  return _to_dtype(out, static.out_dtype), res
 
 
 def _scaled_dot_bwd(static: _Static, res, g):
@@ -143,8 +155,8 @@ def _scaled_dot_bwd(static: _Static, res, g):
   dims = static.dimension_numbers
   d_lhs = _transpose_lhs(q_g, q_l.ndim, q_r, dims) * s_g * s_r
   d_rhs = _transpose_rhs(q_g, q_l, q_r.ndim, dims) * s_g * s_l
-  return (d_lhs.astype(static.lhs_dtype), d_rhs.astype(static.rhs_dtype),
-          next_l, next_r, next_g)
+  return (_to_dtype(d_lhs, static.lhs_dtype),
+          _to_dtype(d_rhs, static.rhs_dtype), next_l, next_r, next_g)
 
 
 _scaled_dot.defvjp(_scaled_dot_fwd, _scaled_dot_bwd)
@@ -157,10 +169,38 @@ def _check_scaling(s, arg: str, default: str):
     return s
   if isinstance(s, (str, formats.Format)) or hasattr(s, "dtype") or (
       isinstance(s, type)):
-    return CurrentScaling(formats.get_narrow(s, arg=arg,
-                                             fn="fp8_dot_general"))
+    return CurrentScaling(scaling.signed_format(s, arg, "fp8_dot_general"))
   raise TypeError(f"`{arg}` argument to `fp8_dot_general` must be a format, "
                   f"CurrentScaling or DelayedScaling, got {type(s).__name__}")
+
+
+def _dot_operand(x: Any, arg: str) -> jax.Array:
+  """A floating jax.Array; CodeArrays and NumPy arrays of formats XLA can't
+  hold (float6) are decoded to float32."""
+  if isinstance(x, CodeArray) or (
+      isinstance(x, np.ndarray) and formats.is_narrow(x.dtype)
+      and not formats.get(x.dtype).native):
+    return as_float32(x)
+  x = jnp.asarray(x)
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    raise TypeError(f"`{arg}` argument to `fp8_dot_general` must be a "
+                    f"floating array, got {x.dtype}")
+  return x
+
+
+def _out_dtype(lhs_dtype, rhs_dtype, preferred: Any) -> np.dtype:
+  if preferred is not None:
+    out = np.dtype(preferred)
+    if formats.is_narrow(out) and not formats.get(out).native:
+      raise NotImplementedError(
+          f"`preferred_element_type` argument to `fp8_dot_general` is "
+          f"{out.name}, which XLA can't hold; take float32 and jaxfp8.cast it")
+    return out
+  if lhs_dtype == rhs_dtype:
+    return np.dtype(lhs_dtype)
+  wide = [jnp.float32 if formats.is_narrow(d) else d
+          for d in (lhs_dtype, rhs_dtype)]
+  return np.dtype(jnp.result_type(*wide))
 
 
 def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
@@ -179,8 +219,12 @@ def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   Args:
     lhs, rhs, dimension_numbers: as for ``lax.dot_general``.
     precision: ignored: products of narrow values are exact in float32.
-    preferred_element_type: dtype of the result; by default the promoted
-      dtype of ``lhs`` and ``rhs``.
+    preferred_element_type: dtype of the result. By default the operands'
+      dtype when they share one (a narrow one included), else the promoted
+      dtype of the wide operands, float32 counting for narrow ones (JAX
+      promotes no narrow format implicitly). A narrow result saturates at
+      the format's max, as :func:`jaxfp8.cast` does; so do the gradients
+      returned for narrow operands.
     lhs_scaling, rhs_scaling: how the operands are scaled: a format (current
       scaling into it), a :class:`CurrentScaling` or a
       :class:`DelayedScaling` state. Default: current scaling into e4m3.
@@ -204,13 +248,8 @@ def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
          [15., 22.]], dtype=float32)
   """
   del precision, kwargs
-  lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
-  for name, x in (("lhs", lhs), ("rhs", rhs)):
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-      raise TypeError(f"`{name}` argument to `fp8_dot_general` must be a "
-                      f"floating array, got {x.dtype}")
-  out_dtype = np.dtype(preferred_element_type if preferred_element_type
-                       is not None else jnp.result_type(lhs, rhs))
+  lhs, rhs = _dot_operand(lhs, "lhs"), _dot_operand(rhs, "rhs")
+  out_dtype = _out_dtype(lhs.dtype, rhs.dtype, preferred_element_type)
   static = _Static(_freeze_dims(dimension_numbers), out_dtype,
                    np.dtype(lhs.dtype), np.dtype(rhs.dtype))
   return _scaled_dot(lhs, rhs,

@@ -27,6 +27,7 @@ import numpy as np
 from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src.codes import CodeArray
 
 
 class StochasticRoundingState(NamedTuple):
@@ -46,7 +47,14 @@ def _rounded_leaf(p) -> bool:
 
 
 def _check_params(params, fn: str) -> None:
-  for p in jax.tree_util.tree_leaves(params):
+  is_codes = lambda x: isinstance(x, CodeArray)
+  for p in jax.tree_util.tree_leaves(params, is_leaf=is_codes):
+    if isinstance(p, CodeArray):
+      raise NotImplementedError(
+          f"`{fn}` can't update {p.format.name} parameters stored as "
+          "jaxfp8.CodeArray (XLA holds no float6 array to add updates to); "
+          "keep them in a native narrow format (float8_*, float4_e2m1fn) or "
+          "bfloat16")
     if not hasattr(p, "dtype") or not jnp.issubdtype(p.dtype, jnp.floating):
       continue
     if p.dtype == jnp.float16:
@@ -64,7 +72,8 @@ def _stochastic_bf16(x, rand):
   """float32 -> bfloat16, rounding up with probability of the dropped fraction.
 
   Adding 16 random bits below the kept ones and truncating is exact stochastic
-  rounding of the magnitude; results past the bfloat16 max saturate.
+  rounding of the magnitude; results past the bfloat16 max saturate, and so
+  do infinities (as :func:`jaxfp8.cast` does); NaN stays NaN.
   """
   bits = lax.bitcast_convert_type(x, jnp.uint32)
   finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
@@ -72,13 +81,16 @@ def _stochastic_bf16(x, rand):
   rounded = jnp.where(finite, rounded, bits)
   y = lax.bitcast_convert_type(rounded, jnp.float32)
   bf_max = float(jnp.finfo(jnp.bfloat16).max)
-  y = jnp.where(finite & ~jnp.isfinite(y), jnp.sign(x) * bf_max, y)
+  y = jnp.where(~jnp.isfinite(y) & ~jnp.isnan(x), jnp.sign(x) * bf_max, y)
   return y.astype(jnp.bfloat16)
 
 
-def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> jax.Array:
+def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> Any:
   """Rounds float32 ``x`` into ``dtype`` (a narrow format or bfloat16),
   stochastically and saturating.
+
+  Returns a native array, or a :class:`jaxfp8.CodeArray` for formats XLA
+  can't hold (float6), as :func:`jaxfp8.cast` does.
 
   >>> import jax, jax.numpy as jnp
   >>> x = jnp.full((100_000,), 1.0 + 1 / 64)  # 1/8 of a step above 1 in e4m3
@@ -86,11 +98,14 @@ def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> jax.Array:
   >>> float(y.astype(jnp.float32).mean())  # doctest: +SKIP
   1.0156...
   """
-  dtype = formats.get(dtype, arg="dtype", fn="stochastic_round").dtype
-  key = validate.check_key(key, "stochastic_round")
+  fmt = formats.get(dtype, arg="dtype", fn="stochastic_round")
+  key = validate.check_single_key(key, "stochastic_round")
   x32 = jnp.asarray(x, jnp.float32)
   rand = jax.random.bits(key, x32.shape, jnp.uint32)
-  return _round_into(x32, rand, np.dtype(dtype))
+  if fmt.narrow and not fmt.native:
+    return CodeArray(_cast_jit(x32, rand, fmt.name, "stochastic", True, True),
+                     fmt)
+  return _round_into(x32, rand, np.dtype(fmt.dtype))
 
 
 def _round_into(x32, rand, dtype: np.dtype):

@@ -42,6 +42,29 @@ REDUCTIONS: tuple[str, ...] = ("max", "most_recent", "mean")
 # Scales are kept at or above the smallest normal float32: XLA on CPU flushes
 # subnormals to zero, and x / 0 would be Inf.
 _MIN_SCALE = float(np.finfo(np.float32).tiny)
+_MAX_SCALE = float(np.finfo(np.float32).max)
+_MAX_MARGIN = 126
+
+
+def as_float32(x: Any) -> jax.Array:
+  """``x`` as a float32 jax.Array; narrow values (CodeArrays, and NumPy
+  arrays of formats XLA can't hold) are decoded exactly."""
+  if isinstance(x, CodeArray):
+    return decode(x, jnp.float32)
+  if isinstance(x, np.ndarray) and formats.is_narrow(x.dtype):
+    return jnp.asarray(x.astype(np.float32))  # exact, on the host
+  return jnp.asarray(x).astype(jnp.float32)
+
+
+def signed_format(fmt: Any, arg: str, fn: str) -> formats.Format:
+  """A signed narrow format, else an error naming ``arg``: E8M0 holds scales
+  (no zero, no sign), not scaled tensors."""
+  f = formats.get_narrow(fmt, arg=arg, fn=fn)
+  if not f.signed:
+    raise ValueError(f"`{arg}` argument to `{fn}` must be a signed format for "
+                     f"scaled tensors, got {f.name} (a scale format: no zero, "
+                     "no sign)")
+  return f
 
 
 def amax(x: Any) -> jax.Array:
@@ -50,9 +73,7 @@ def amax(x: Any) -> jax.Array:
   >>> amax(jnp.array([1.0, -3.0, 2.0]))
   Array(3., dtype=float32)
   """
-  if isinstance(x, CodeArray):
-    x = decode(x)
-  return jnp.max(jnp.abs(jnp.asarray(x).astype(jnp.float32)))
+  return jnp.max(jnp.abs(as_float32(x)))
 
 
 def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
@@ -62,12 +83,15 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   Args:
     amax_value: the magnitude to fit (a scalar).
     fmt: the narrow format.
-    margin: headroom in powers of two: the scale is ``2^margin`` larger.
+    margin: headroom in powers of two: the scale is ``2^margin`` larger
+      (an integer, ``|margin| <= 126``).
     power_of_two: round the scale up to a power of two.
     previous: returned where ``amax_value`` is zero or not finite.
 
   Returns:
-    ``amax_value * 2^margin / fmt.max`` as a float32 scalar.
+    ``amax_value * 2^margin / fmt.max`` as a float32 scalar, kept within
+    float32's normal range (a scale past float32's max is clamped to it, so
+    the tensor saturates rather than becoming NaN or zero).
 
   >>> compute_scale(jnp.float32(896.0), "e4m3")
   Array(2., dtype=float32)
@@ -76,14 +100,18 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   >>> compute_scale(jnp.float32(500.0), "e4m3", power_of_two=True)
   Array(2., dtype=float32)
   """
-  fmt = formats.get_narrow(fmt, arg="fmt", fn="compute_scale")
+  fn = "compute_scale"
+  fmt = signed_format(fmt, "fmt", fn)
+  margin = _check_margin(margin, fn)
   a = jnp.asarray(amax_value, jnp.float32)
-  scale = jnp.maximum(a * np.float32(2.0**margin / fmt.max), _MIN_SCALE)
+  # Divide, then shift by the margin exactly: no overflowing factor.
+  scale = jnp.ldexp(a / np.float32(fmt.max), jnp.int32(margin))
+  scale = jnp.clip(scale, _MIN_SCALE, _MAX_SCALE)
   if power_of_two:
     mant, exp = jnp.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
     exp = jnp.where(mant == 0.5, exp - 1, exp)
-    scale = jnp.ldexp(jnp.float32(1.0), exp)
-  ok = (a > 0) & jnp.isfinite(scale)
+    scale = jnp.ldexp(jnp.float32(1.0), jnp.minimum(exp, 127))
+  ok = (a > 0) & jnp.isfinite(a)
   return jnp.where(ok, scale, jnp.asarray(previous, jnp.float32))
 
 
@@ -96,8 +124,8 @@ def quantize(x: Any, fmt: formats.FormatLike, scale: Any) -> Any:
   >>> quantize(jnp.array([1.0, 900.0]), "e4m3", 2.0)
   Array([0.5, 448], dtype=float8_e4m3fn)
   """
-  x32 = jnp.asarray(x).astype(jnp.float32)
-  return cast(x32 / jnp.asarray(scale, jnp.float32), fmt)
+  fmt = signed_format(fmt, "fmt", "quantize")
+  return cast(as_float32(x) / jnp.asarray(scale, jnp.float32), fmt)
 
 
 def dequantize(q: Any, scale: Any, dtype: Any = jnp.float32) -> jax.Array:
@@ -126,6 +154,11 @@ def _check_margin(margin: Any, fn: str) -> int:
   if not isinstance(margin, (int, np.integer)) or isinstance(margin, bool):
     raise TypeError(f"`margin` argument to `{fn}` must be an integer, got "
                     f"{type(margin).__name__}")
+  if abs(int(margin)) > _MAX_MARGIN:
+    raise ValueError(f"`margin` argument to `{fn}` must be within "
+                     f"[-{_MAX_MARGIN}, {_MAX_MARGIN}] (powers of two of "
+                     f"headroom; float32 scales span 2^-126 .. 2^127), got "
+                     f"{margin}")
   return int(margin)
 
 
@@ -152,7 +185,7 @@ class CurrentScaling:
   power_of_two: bool = False
 
   def __post_init__(self):
-    fmt = formats.get_narrow(self.format, arg="format", fn="CurrentScaling")
+    fmt = signed_format(self.format, "format", "CurrentScaling")
     object.__setattr__(self, "power_of_two", bool(self.power_of_two))
     object.__setattr__(self, "format", fmt.name)
     object.__setattr__(self, "margin", _check_margin(self.margin,
@@ -219,7 +252,7 @@ class DelayedScaling:
   power_of_two: bool = False
 
   def __post_init__(self):
-    fmt = formats.get_narrow(self.format, arg="format", fn="DelayedScaling")
+    fmt = signed_format(self.format, "format", "DelayedScaling")
     object.__setattr__(self, "power_of_two", bool(self.power_of_two))
     object.__setattr__(self, "format", fmt.name)
     if not callable(self.reduction):
