@@ -260,15 +260,35 @@ def test_report_without_matplotlib_says_pictures_skipped(tmp_path,
   assert not (out / "plots").exists()
 
 
-def test_bad_arguments():
-  with pytest.raises(SystemExit, match="unknown --ops nope"):
-    report.main(["--ops", "nope", "--list"])
-  with pytest.raises(SystemExit, match="e4m2"):
-    report.main(["--formats", "e4m2", "--list"])
-  with pytest.raises(SystemExit, match="at least 64"):
-    report.main(["--samples", "0", "--list"])
-  with pytest.raises(SystemExit, match="narrow"):
-    report.main(["--formats", "float32", "--list"])
+BAD_REPORT_OPTIONS = [
+    (["--ops", "nope"], "argument --ops: unknown nope; choose from: ball, "),
+    (["--ops", ","], "argument --ops: expected"),
+    (["--formats", "e4m2"], "`--formats`"),
+    (["--formats", "float32"], "`--formats` argument to `jaxfp8 report` must "
+     "be a narrow format"),
+    (["--samples", "0"], "argument --samples: must be an integer >= 64"),
+    (["--jobs", "0"], "argument --jobs: must be an integer >= 1, got '0'"),
+    (["--timeout", "0"], "argument --timeout: must be a positive number"),
+    (["--plot-formats", "bogus"], "'bogus' for argument `--plot-formats`"),
+    (["--plot-formats", "e4m3,float32"], "`--plot-formats` argument"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD_REPORT_OPTIONS,
+                         ids=[" ".join(a) for a, _ in BAD_REPORT_OPTIONS])
+def test_bad_arguments(argv, message, capsys):
+  with pytest.raises(SystemExit) as info:
+    cli.main(["report", *argv, "--list"])
+  assert info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1].startswith("jaxfp8 report: error: "), err
+  assert message in err[-1], err[-1]
+
+
+def test_run_all_needs_a_worker():
+  with pytest.raises(ValueError, match="`workers` argument to `run_all`"):
+    report_run.run_all([], 64, 0, workers=0, timeout=1.0, fast_compile=True,
+                       log=print)
 
 
 def test_list(capsys):

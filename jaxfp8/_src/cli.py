@@ -1,7 +1,8 @@
 """The ``jaxfp8`` command: ``report``, ``bench <suite>`` and ``docs``.
 
 Each bench suite is a module ``jaxfp8._src.bench.<suite>`` with a
-``main(argv) -> int``; ``report`` lives in ``jaxfp8._src.report``.
+``main(argv) -> int``; ``report`` lives in ``jaxfp8._src.report``. Bad options
+end as argparse errors (one line on stderr, exit status 2), never tracebacks.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from typing import Callable
 
 from jaxfp8._src import bench as _bench_pkg
 
@@ -18,6 +20,32 @@ def bench_suites() -> list[str]:
                 if not m.name.startswith("_"))
 
 
+def int_at_least(low: int) -> Callable[[str], int]:
+  """An argparse ``type`` accepting integers ``>= low``.
+
+  argparse prefixes its message with the option, so the error reads
+  ``argument --repeats: must be an integer >= 1, got '0'``.
+
+  >>> int_at_least(1)("3")
+  3
+  >>> int_at_least(1)("0")
+  Traceback (most recent call last):
+  ...
+  argparse.ArgumentTypeError: must be an integer >= 1, got '0'
+  """
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      value = None
+    if value is None or value < low:
+      raise argparse.ArgumentTypeError(
+          f"must be an integer >= {low}, got {text!r}")
+    return value
+  parse.__name__ = f"integer >= {low}"  # argparse names the type with it
+  return parse
+
+
 def main(argv: list[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   parser = argparse.ArgumentParser(
@@ -25,17 +53,30 @@ def main(argv: list[str] | None = None) -> int:
   sub = parser.add_subparsers(dest="command", required=True)
   sub.add_parser("report", help="audit the installed JAX (see --help)",
                  add_help=False)
-  b = sub.add_parser("bench", help="run a benchmark suite (SUITE --help for its options)",
-                     add_help=False)
-  b.add_argument("suite", choices=bench_suites())
+  # Its own help flag is a plain switch, not argparse's exiting action: with
+  # a suite, --help belongs to the suite and is passed on to it.
+  b = sub.add_parser(
+      "bench", help="run a benchmark suite (SUITE --help for its options)",
+      usage="%(prog)s [-h] SUITE [suite options]",
+      description="Run a benchmark suite; `jaxfp8 bench SUITE --help` lists "
+                  "the suite's options.", add_help=False)
+  b.add_argument("-h", "--help", action="store_true",
+                 help="show this help, or with SUITE the suite's help")
+  b.add_argument("suite", nargs="?", choices=bench_suites(), metavar="SUITE",
+                 help=f"one of {', '.join(bench_suites())}")
   d = sub.add_parser("docs", help="regenerate the generated docs pages")
   d.add_argument("--out", default="docs")
   args, rest = parser.parse_known_args(argv)
   if args.command == "report":
     return importlib.import_module("jaxfp8._src.report").main(rest)
   if args.command == "bench":
+    if args.suite is None:
+      if args.help:
+        b.print_help()
+        return 0
+      b.error("the following arguments are required: suite")
     module = importlib.import_module(f"jaxfp8._src.bench.{args.suite}")
-    return module.main(rest)
+    return module.main((["--help"] if args.help else []) + rest)
   if rest:
     parser.error(f"unrecognized arguments: {' '.join(rest)}")
   from jaxfp8._src import docgen  # pylint: disable=g-import-not-at-top

@@ -33,6 +33,7 @@ from jaxfp8._src import report_laws
 from jaxfp8._src import report_plots
 from jaxfp8._src import report_run
 from jaxfp8._src import report_worker
+from jaxfp8._src.cli import int_at_least
 
 SIDES = report_run.SIDES
 KINDS = ("sample", "init", "const", "cast", "dot", "matmul")
@@ -260,7 +261,18 @@ def write_report(path: str, fmts: list[str], ops: list[report_worker.Op],
 
 
 # -- command line --------------------------------------------------------------------
-def _parse(argv: list[str]) -> argparse.Namespace:
+def _positive_seconds(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    value = float("nan")
+  if not value > 0:  # also NaN
+    raise argparse.ArgumentTypeError(
+        f"must be a positive number of seconds, got {text!r}")
+  return value
+
+
+def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
       prog="jaxfp8 report",
       description="Audit the installed JAX for narrow formats (native vs "
@@ -272,35 +284,53 @@ def _parse(argv: list[str]) -> argparse.Namespace:
   p.add_argument("--ops", default=None,
                  help="comma-separated operations, families or kinds "
                       f"({', '.join(KINDS)}); default: all")
-  p.add_argument("--samples", type=int, default=1 << 16,
-                 help="samples per sampler (default 65536)")
+  p.add_argument("--samples", type=int_at_least(64), default=1 << 16,
+                 help="samples per sampler, at least 64 (default 65536)")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+  p.add_argument("--jobs", type=int_at_least(1),
+                 default=max(1, min(2, os.cpu_count() or 1)),
                  help="parallel worker processes (default: 2)")
-  p.add_argument("--timeout", type=float, default=180.0,
+  p.add_argument("--timeout", type=_positive_seconds, default=180.0,
                  help="seconds one operation may run before it is a timeout")
   p.add_argument("--plot-formats", default=",".join(PLOT_FORMATS),
-                 help="formats drawn in the pictures, or 'all'")
+                 help="comma-separated formats drawn in the pictures, or "
+                      "'all'")
   p.add_argument("--no-plots", action="store_true", help="skip the pictures")
   p.add_argument("--xla-opt", action="store_true",
                  help="compile with XLA's default optimization (slower)")
   p.add_argument("--list", action="store_true",
                  help="list the operations and formats, then exit")
-  return p.parse_args(argv)
+  return p
 
 
 def _select_ops(spec: str | None, n: int) -> list[report_worker.Op]:
+  """The operations ``--ops`` names; ValueError naming the unknown ones."""
   ops = report_worker.catalogue(n)
-  if not spec:
+  if spec is None:
     return ops
   wanted = [w.strip() for w in spec.split(",") if w.strip()]
-  known = {op.name for op in ops} | {op.family for op in ops} | set(KINDS)
+  # Casts, constants, dot and matmul belong to no family (their family is "").
+  known = ({op.name for op in ops} | {op.family for op in ops} | set(KINDS)
+           ) - {""}
+  if not wanted:
+    raise ValueError(f"argument --ops: expected comma-separated operations, "
+                     f"families or kinds, got {spec!r}")
   unknown = [w for w in wanted if w not in known]
   if unknown:
-    raise SystemExit(f"jaxfp8 report: unknown --ops {', '.join(unknown)}; "
-                     f"choose from: {', '.join(sorted(known))}")
+    raise ValueError(f"argument --ops: unknown {', '.join(unknown)}; choose "
+                     f"from: {', '.join(sorted(known))}")
   return [op for op in ops
           if op.name in wanted or op.family in wanted or op.kind in wanted]
+
+
+def _narrow_names(names: list[str], option: str) -> list[str]:
+  """Canonical names, first occurrence kept; ValueError naming ``option``."""
+  try:
+    return list(dict.fromkeys(
+        formats.get_narrow(f, arg=option, fn="jaxfp8 report").name
+        for f in names))
+  except (TypeError, ValueError) as e:
+    raise ValueError(str(e)) from e
 
 
 def _plot(out_dir: str, plot_fmts: list[str],
@@ -355,27 +385,26 @@ def _plot(out_dir: str, plot_fmts: list[str],
 
 def main(argv: list[str] | None = None) -> int:
   """Runs the audit; returns the exit status (0 once report.md is written)."""
-  args = _parse(list(sys.argv[1:] if argv is None else argv))
+  parser = _parser()
+  args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
   n = args.samples
-  if n < 64:
-    raise SystemExit(f"jaxfp8 report: --samples must be at least 64, got {n}")
-  ops = _select_ops(args.ops, n)
   try:
-    fmts = [formats.get_narrow(f, arg="--formats", fn="jaxfp8 report").name
-            for f in (args.formats or formats.names(narrow=True))]
-  except (TypeError, ValueError) as e:
-    raise SystemExit(f"jaxfp8 report: {e}") from e
-  fmts = list(dict.fromkeys(fmts))
+    ops = _select_ops(args.ops, n)
+    fmts = _narrow_names(args.formats or formats.names(narrow=True),
+                         "--formats")
+    if args.plot_formats == "all":
+      plot_fmts = fmts
+    else:
+      wanted = [f.strip() for f in args.plot_formats.split(",") if f.strip()]
+      wanted = _narrow_names(wanted, "--plot-formats")
+      plot_fmts = [f for f in fmts if f in wanted] or fmts[:4]
+  except ValueError as e:
+    parser.error(str(e))
   if args.list:
     print("formats:", ", ".join(fmts))
     for op in ops:
       print(f"{op.kind:7s} {op.name}")
     return 0
-  if args.plot_formats == "all":
-    plot_fmts = fmts
-  else:
-    wanted = [formats.get(f).name for f in args.plot_formats.split(",") if f]
-    plot_fmts = [f for f in fmts if f in wanted] or fmts[:4]
 
   def log(msg: str) -> None:
     print(msg, flush=True)

@@ -223,6 +223,9 @@ def run_all(jobs: list[Job], n: int, seed: int, *, workers: int,
   ``after_job(results so far)`` is called in the calling thread after each
   job, while the remaining jobs run.
   """
+  if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    raise ValueError(f"`workers` argument to `run_all` must be an integer "
+                     f">= 1, got {workers!r}")
   env = worker_env(fast_compile)
   out: dict[tuple[str, str, str], dict[str, Any]] = {}
   local = threading.local()

@@ -8,9 +8,16 @@ from typing import Callable, Sequence
 import jax
 
 
+def _check_repeats(repeats: int, fn: str) -> None:
+  if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    raise ValueError(f"`repeats` argument to `{fn}` must be an integer >= 1 "
+                     f"(a median needs a time), got {repeats!r}")
+
+
 def median_seconds(fn: Callable[[], object], *, repeats: int = 7,
                    warmup: int = 2) -> float:
   """Median wall time of ``fn()`` (its result blocked on), after warm-up."""
+  _check_repeats(repeats, "median_seconds")
   for _ in range(warmup):
     jax.block_until_ready(fn())
   times = []
@@ -29,6 +36,10 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], *,
   a large one runs measurably slower (caches, allocator), and no function
   should always take that place.
   """
+  _check_repeats(repeats, "interleaved_medians")
+  if not fns:
+    raise ValueError("`fns` argument to `interleaved_medians` must name at "
+                     "least one function, got none")
   for fn in fns.values():
     for _ in range(warmup):
       jax.block_until_ready(fn())

@@ -4,10 +4,12 @@ Times, per format, ``jaxfp8.mx.quantize`` and ``MXArray.dequantize`` of an
 N x N float32 tensor, as ratios against ``x.astype(jnp.float8_e4m3fn)`` timed
 round-robin in the same run (and, for dequantize, also against
 ``y.astype(jnp.float32)`` of an fp8 array). Target: <= 3x the plain cast.
+N must be a multiple of the formats' block size (32; 16 for nvfp4 alone).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 
 import jax
@@ -15,21 +17,33 @@ import jax.numpy as jnp
 
 from jaxfp8._src import mx
 from jaxfp8._src.bench import _timing
+from jaxfp8._src.cli import int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="jaxfp8 bench mx")
-  parser.add_argument("--size", type=int, default=4096,
-                      help="the tensor is size x size float32")
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--formats", default=",".join(mx.MX_FORMATS))
+  parser.add_argument("--size", type=int_at_least(1), default=4096,
+                      help="the tensor is size x size float32; a multiple of "
+                      "the formats' block size (32; 16 for nvfp4 alone)")
+  parser.add_argument("--repeats", type=int_at_least(1), default=5)
+  parser.add_argument("--formats", default=",".join(mx.MX_FORMATS),
+                      help="comma-separated MX formats (default: all)")
   args = parser.parse_args(argv)
   names = [f.strip() for f in args.formats.split(",") if f.strip()]
+  if not names:
+    parser.error(f"argument --formats: expected comma-separated MX formats "
+                 f"({', '.join(mx.MX_FORMATS)}), got {args.formats!r}")
+  blocks = {}
   for name in names:
     try:
-      mx.get_format(name, arg="--formats", fn="bench mx")
+      blocks[name] = mx.get_format(name, arg="--formats",
+                                   fn="bench mx").block_size
     except ValueError as e:
       parser.error(str(e))
+  block = math.lcm(*blocks.values())
+  if args.size % block:
+    parser.error(f"argument --size: must be a multiple of {block}, the block "
+                 f"size of the chosen formats, got {args.size}")
 
   x = jax.random.normal(jax.random.key(0), (args.size, args.size),
                         jnp.float32)

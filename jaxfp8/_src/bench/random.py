@@ -9,7 +9,11 @@ medians, every function jitted, 2^22 samples by default):
   (its samples are wrong: see docs/random.md);
 - ``exact``, ``table``, ``cast``: ``jaxfp8.random.<dist>(..., method=...)``.
 
-Prints a markdown table of samples/s and ratios (higher is faster).
+Prints a markdown table of samples/s and ratios (higher is faster), then
+the rows left out because they can't exist: ``f32->fmt`` and ``native`` for
+formats JAX can't hold in arrays (float6 on JAX 0.10; their ratios are then
+over jaxfp8's ``cast`` method), and the methods jaxfp8 refuses for a law and
+format (E8M0 is unsigned: ``normal`` not at all, ``uniform`` by ``cast``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import jax.numpy as jnp
 
 from jaxfp8._src import formats
 from jaxfp8._src.bench import _timing
+from jaxfp8._src.cli import int_at_least
 from jaxfp8._src.random import exact as exact_method
 from jaxfp8._src.random import samplers
 from jaxfp8._src.random import table as table_method
@@ -55,9 +60,31 @@ def _native_works(jax_fn, fmt) -> bool:
     return False
 
 
-def run(dists, fmts, n: int, repeats: int) -> list[list[object]]:
+def _refusal(our_fn, fmt, method: str) -> str | None:
+  """Why jaxfp8 refuses this law, format and method (None: it doesn't).
+
+  The samplers validate in Python, so tracing a tiny draw is enough.
+  """
+  try:
+    jax.eval_shape(lambda k: our_fn(k, (8,), fmt.name, method),
+                   jax.random.key(0))
+  except (NotImplementedError, ValueError) as e:
+    return str(e).split(";")[0]
+  return None
+
+
+def run(dists, fmts, n: int, repeats: int,
+        notes: list[str] | None = None) -> list[list[object]]:
   """Rows ``[dist, format, variant, bits/sample, Msamples/s, x f32->fmt,
-  x native]``."""
+  x native]``.
+
+  Variants that can't exist are left out, with a line in ``notes``: the
+  ``f32->fmt`` and ``native`` rows of formats JAX can't hold in arrays
+  (float6 on JAX 0.10), whose ratios are then over jaxfp8's ``cast`` method
+  (the same float32 draw, rounded by jaxfp8), and the methods jaxfp8 refuses
+  for a law and format (``exact`` and ``table`` for unsigned E8M0).
+  """
+  notes = [] if notes is None else notes
   key = jax.random.key(0)
   shape = (n,)
   rows = []
@@ -65,24 +92,42 @@ def run(dists, fmts, n: int, repeats: int) -> list[list[object]]:
     jax_fn, our_fn = _DISTS[dist]
     for name in fmts:
       fmt = formats.get(name)
-      fns = {"f32->fmt": jax.jit(
-          lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(k, shape, jnp.float32)
-          .astype(fmt.dtype))}
-      if fmt.native and _native_works(jax_fn, fmt):
-        fns["native"] = jax.jit(lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(
-            k, shape, fmt.dtype))
+      fns = {}
+      if fmt.native:
+        fns["f32->fmt"] = jax.jit(
+            lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(k, shape, jnp.float32)
+            .astype(fmt.dtype))
+        if _native_works(jax_fn, fmt):
+          fns["native"] = jax.jit(lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(
+              k, shape, fmt.dtype))
       for m in METHODS:
+        why = _refusal(our_fn, fmt, m)
+        if why is not None:
+          notes.append(f"{dist}, {fmt.name}: no {m} row ({why})")
+          continue
         fns[m] = jax.jit(lambda k, our_fn=our_fn, fmt=fmt, m=m: our_fn(
             k, shape, fmt.name, m))
+      base_name = "f32->fmt" if "f32->fmt" in fns else "cast"
+      if base_name not in fns:
+        notes.append(f"{dist}, {fmt.name}: no rows (no baseline to compare "
+                     "with)")
+        continue
+      if base_name != "f32->fmt":
+        notes.append(f"{dist}, {fmt.name}: JAX {jax.__version__} can't hold "
+                     "its arrays, so no f32->fmt or native rows; its "
+                     "'x f32->fmt' column is over jaxfp8's cast method")
       times = _timing.interleaved_medians(
           {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
-      base, native = times["f32->fmt"], times.get("native")
+      base, native = times[base_name], times.get("native")
       params = _LAW_PARAMS.get(dist, {})
-      bits = {"f32->fmt": 32, "native": 32, "cast": 32,
-              "table": table_method.bits_per_sample(dist, fmt, params),
-              "exact": exact_method.bits_per_sample(dist, fmt, params)}
       for variant, t in times.items():
-        rows.append([dist, fmt.name, variant, f"{bits[variant]:.3g}",
+        if variant == "table":
+          bits = table_method.bits_per_sample(dist, fmt, params)
+        elif variant == "exact":
+          bits = exact_method.bits_per_sample(dist, fmt, params)
+        else:
+          bits = 32
+        rows.append([dist, fmt.name, variant, f"{bits:.3g}",
                      f"{n / t / 1e6:.1f}", f"{base / t:.2f}",
                      f"{native / t:.2f}" if native else "n/a"])
   return rows
@@ -103,7 +148,8 @@ _BITS_LAWS = [
 
 def bits_table(fmts) -> str:
   """Markdown table: random bits per sample of ``exact``, by law and format
-  ("2L": two-level plan)."""
+  ("2L": two-level plan; "n/a": ``exact`` doesn't serve the law in that
+  format, e.g. any law in unsigned E8M0)."""
   rows = []
   for dist, params in _BITS_LAWS:
     label = dist + (" (" + ", ".join(f"{k}={v:g}" for k, v in params.items())
@@ -111,8 +157,12 @@ def bits_table(fmts) -> str:
     row = [label]
     for name in fmts:
       fmt = formats.get(name)
-      plan = exact_method.plan(dist, fmt.name, tuple(sorted(params.items())))
-      bits = exact_method.bits_per_sample(dist, fmt, params)
+      try:
+        plan = exact_method.plan(dist, fmt.name, tuple(sorted(params.items())))
+        bits = exact_method.bits_per_sample(dist, fmt, params)
+      except (NotImplementedError, ValueError):
+        row.append("n/a")
+        continue
       row.append(f"{bits:.3g}" + (" (2L)" if plan.kind == "two_level" else ""))
     rows.append(row)
   return _timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
@@ -121,21 +171,29 @@ def bits_table(fmts) -> str:
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(prog="jaxfp8 bench random",
                                    description=__doc__.splitlines()[0])
-  parser.add_argument("--log2n", type=int, default=22,
+  parser.add_argument("--log2n", type=int_at_least(0), default=22,
                       help="samples per call: 2^log2n (default 22)")
-  parser.add_argument("--repeats", type=int, default=9)
+  parser.add_argument("--repeats", type=int_at_least(1), default=9)
   parser.add_argument("--formats", nargs="+",
-                      default=["float8_e4m3fn", "float8_e5m2"])
+                      default=["float8_e4m3fn", "float8_e5m2"],
+                      help="narrow formats by name or alias")
   parser.add_argument("--dists", nargs="+", choices=sorted(_DISTS),
                       default=["uniform", "normal", "truncated_normal"])
   parser.add_argument("--bits", action="store_true",
                       help="print the bits-per-sample table of `exact` for "
                       "every law and the given formats, and exit")
   args = parser.parse_args(argv)
+  try:
+    fmts = list(dict.fromkeys(
+        formats.get_narrow(f, arg="--formats", fn="bench random").name
+        for f in args.formats))
+  except (TypeError, ValueError) as e:
+    parser.error(str(e))
   if args.bits:
-    print(bits_table(args.formats))
+    print(bits_table(fmts))
     return 0
-  rows = run(args.dists, args.formats, 2**args.log2n, args.repeats)
+  notes: list[str] = []
+  rows = run(args.dists, fmts, 2**args.log2n, args.repeats, notes)
   print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
         f"JAX {jax.__version__}, {jax.default_backend()} "
         f"({platform.machine()}, {jax.device_count()} device(s)), "
@@ -143,4 +201,8 @@ def main(argv: list[str]) -> int:
   print(_timing.markdown_table(
       ["dist", "format", "variant", "bits/sample", "Msamples/s",
        "x f32->fmt", "x native"], rows))
+  if notes:
+    print("\nLeft out:")
+    for note in notes:
+      print(f"- {note}")
   return 0
