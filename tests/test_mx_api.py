@@ -258,3 +258,110 @@ def test_to_scaled_refuses_fp6():
 def test_empty_arrays(fmt, shape):
   a = mx.quantize(jnp.zeros(shape), fmt)
   assert a.shape == shape and a.dequantize().shape == shape
+
+
+@pytest.mark.parametrize("n", [3, 5])  # n == batch once lined up by mistake
+def test_scaled_dot_applies_vmapped_tensor_scales_per_batch(n):
+  k1, k2 = jax.random.split(jax.random.key(9))
+  x = jax.random.normal(k1, (3, 2, 32)) * jnp.array([1.0, 100.0, 1e4])[
+      :, None, None]
+  y = jax.random.normal(k2, (3, 32, n)) * jnp.array([1e3, 1.0, 1e-2])[
+      :, None, None]
+  a = jax.vmap(lambda v: mx.quantize(v, "nvfp4"))(x)
+  b = jax.vmap(lambda v: mx.quantize(v, "nvfp4", axis=0))(y)
+  assert a.tensor_scale.shape == (3,) and len(set(np.asarray(
+      a.tensor_scale).tolist())) == 3
+  want = mx.matmul(a, b)
+  np.testing.assert_allclose(mx.matmul(a, b, method="scaled_dot"), want,
+                             rtol=1e-6)
+  np.testing.assert_allclose(
+      jax.jit(lambda p, q: mx.matmul(p, q, method="scaled_dot"))(a, b), want,
+      rtol=1e-6)
+
+
+def test_scaled_dot_mxint8_near_float32_max_does_not_overflow():
+  a = mx.quantize(jnp.full((2, 32), 1.5 * 2.0**100), "mxint8")
+  b = mx.quantize(jnp.full((32, 2), 2.0**20), "mxfp8_e4m3", axis=0)
+  want = mx.matmul(a, b)
+  assert float(want[0, 0]) == 1.5 * 2.0**125
+  assert_same_bits(mx.matmul(a, b, method="scaled_dot"), want)
+  bt = mx.quantize(jnp.full((32, 2), 1.5 * 2.0**100), "mxint8", axis=0)
+  at = mx.quantize(jnp.full((2, 32), 2.0**20), "mxfp8_e4m3")
+  assert_same_bits(mx.matmul(at, bt, method="scaled_dot"), want)
+
+
+def test_scaled_dot_mxint8_tiny_and_zero_blocks_stay_exact():
+  """Rows whose scales can't take all of 2^-6 take the rest afterwards."""
+  x = np.ones((4, 96), np.float32)
+  x[0, :32] = 1.5 * 2.0**-124   # E8M0 code 3: only 2^-2 fits in the scale
+  x[1, 32:64] = 0.0             # code 0, but no nonzero element
+  x[2, 64:] = np.nan
+  x[3] *= 2.0**100
+  y = np.full((96, 3), 2.0**20, np.float32)
+  y[:32, 0] = 2.0**100
+  for fa, fb in [("mxint8", "mxfp8_e4m3"), ("mxint8", "mxint8")]:
+    a, b = mx.quantize(x, fa), mx.quantize(y, fb, axis=0)
+    assert int(a.scales[0, 0]) == 3 and int(a.scales[1, 1]) == 0
+    assert_same_bits(mx.matmul(a, b, method="scaled_dot"), mx.matmul(a, b))
+
+
+def test_from_scaled_tensor_scale_is_checked():
+  a = mx.quantize(jnp.arange(16.0), "nvfp4")
+  e, s = mx.to_scaled(a)
+  for bad in (3.0, 0.0, -2.0, np.inf, np.nan, 2.0**-127, 2.0**128,
+              jnp.array([1.0, 3.0])[1]):
+    with pytest.raises(ValueError, match="positive power of two"):
+      mx.from_scaled(e, s, "nvfp4", tensor_scale=bad)
+  for bad in (True, jnp.array(1 + 0j), "2"):
+    with pytest.raises(TypeError, match="tensor_scale"):
+      mx.from_scaled(e, s, "nvfp4", tensor_scale=bad)
+  with pytest.raises(ValueError, match="leading"):
+    mx.from_scaled(e, s, "nvfp4", tensor_scale=jnp.ones(16))
+  want = np.asarray(a.dequantize()) / float(a.tensor_scale) * 4
+  for four in (4, 4.0, np.float64(4.0), jnp.bfloat16(4), jnp.int32(4)):
+    got = mx.from_scaled(e, s, "nvfp4", tensor_scale=four)
+    assert got.tensor_scale.dtype == jnp.float32
+    assert_same_bits(got.dequantize(), want)
+  # Traced: the value can't be checked, the dtype still is.
+  traced = jax.jit(lambda t: mx.from_scaled(e, s, "nvfp4", tensor_scale=t)
+                   .dequantize())(jnp.float32(4.0))
+  assert_same_bits(traced, want)
+  # Batched elements take batched tensor scales.
+  x = jax.random.normal(jax.random.key(10), (2, 3, 16)) * jnp.array(
+      [1.0, 1e3])[:, None, None]
+  v = jax.vmap(lambda r: mx.quantize(r, "nvfp4"))(x)
+  back = mx.from_scaled(*mx.to_scaled(v), "nvfp4", tensor_scale=v.tensor_scale)
+  assert_same_bits(back.dequantize(), v.dequantize())
+
+
+def test_from_scaled_refuses_a_tensor_scale_for_mx_formats():
+  a = mx.quantize(jnp.arange(32.0), "mxfp8_e4m3")
+  with pytest.raises(ValueError, match="nvfp4 only"):
+    mx.from_scaled(*mx.to_scaled(a), "mxfp8_e4m3", tensor_scale=2.0)
+  assert mx.from_scaled(*mx.to_scaled(a), "mxfp8_e4m3").tensor_scale is None
+
+
+@pytest.mark.parametrize("method", ["dequantize", "scaled_dot"])
+def test_matmul_contracting_size_mismatch(method):
+  a = mx.quantize(jnp.ones((2, 64)), "mxfp8_e4m3")
+  b = mx.quantize(jnp.ones((32, 3)), "mxfp8_e4m3", axis=0)
+  with pytest.raises(ValueError, match="contracting size"):
+    mx.matmul(a, b, method=method)
+  if method == "dequantize":
+    with pytest.raises(ValueError, match="contracting size"):
+      mx.matmul(a, jnp.ones(32))
+    with pytest.raises(ValueError, match="scalar"):
+      mx.matmul(a, 2.0)
+    assert mx.matmul(a, jnp.ones(64)).shape == (2,)
+
+
+def test_dequantize_dtype_errors():
+  a = mx.quantize(jnp.arange(32.0), "mxfp6_e2m3")
+  with pytest.raises(NotImplementedError, match="dequantize.*encode"):
+    a.dequantize("float6_e2m3fn")
+  with pytest.raises(ValueError, match="`dtype` of `dequantize`"):
+    a.dequantize("bogus")
+  with pytest.raises(TypeError, match="`dtype` argument to `dequantize`"):
+    a.dequantize(jnp.int8)
+  assert a.dequantize("e4m3").dtype == jnp.float8_e4m3fn
+  assert a.dequantize(None).dtype == jnp.float32

@@ -510,10 +510,11 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
 
   ``nvfp4`` (blocks of 16, E4M3 scales): the per-tensor scale is the power of
   two 2^j, the smallest with amax <= 6 * 448 * 2^j, amax taken over the
-  blocks without NaN or Inf (NVIDIA's recipe
-  uses amax / 2688, which is within a factor 2; a power of two keeps every
-  step exact). Block scales are amax / (6 * 2^j) rounded into E4M3: down for
-  ``"floor"``, up for ``"ceil"`` and ``"rceil"``, to nearest for ``"even"``.
+  blocks without NaN or Inf. It is always a power of two, which keeps every
+  step exact; NVIDIA's recipe uses amax / 2688 instead, within a factor 2
+  (``docs/mx.md`` shows how to use such a scale). Block scales are
+  amax / (6 * 2^j) rounded into E4M3: down for ``"floor"``, up for
+  ``"ceil"`` and ``"rceil"``, to nearest for ``"even"``.
   A block with NaN or Inf gets the E4M3 NaN scale (0x7F).
 
   Args:
@@ -625,6 +626,21 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
   subnormals cannot touch it. Other dtypes are rounded from float32.
   Blocks with a NaN scale decode to NaN in every element.
 
+  Args:
+    a: the :class:`MXArray`.
+    dtype: a floating dtype or format name the installed JAX holds (float32
+      by default or for None; float64 where x64 is on; bfloat16, float16,
+      float8 and float4 types, rounded from float32 by XLA's conversion).
+
+  Returns:
+    A ``jax.Array`` of ``a.shape`` and ``dtype``.
+
+  Raises:
+    TypeError: for a non-MXArray ``a`` or a non-floating ``dtype``.
+    ValueError: for an unknown dtype name.
+    NotImplementedError: for float6 dtypes, which XLA can't hold; their codes
+      are ``jaxfp8.encode(a.dequantize(), "float6_e2m3fn")``.
+
   >>> import jax.numpy as jnp
   >>> a = quantize(jnp.full((32,), 2.0**-130), "mxfp8_e4m3")
   >>> float(dequantize(a)[0]) == 2.0**-130
@@ -633,6 +649,26 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
   if not isinstance(a, MXArray):
     raise TypeError(f"`a` argument to `dequantize` must be an MXArray, got "
                     f"{type(a).__name__}")
+  dtype = _check_dtype(dtype, "dequantize")
   out = _dequantize_jit(a.data, a.scales, a.tensor_scale, a.fmt.name, a.axis,
                         a.length, a.block_size)
-  return out if np.dtype(dtype) == np.float32 else out.astype(dtype)
+  return out if dtype == np.float32 else out.astype(dtype)
+
+
+def _check_dtype(dtype: Any, fn: str) -> np.dtype:
+  """A floating result dtype the backend holds (names and aliases too)."""
+  if dtype is None:
+    return np.dtype(np.float32)
+  try:
+    dt = np.dtype(dtype)
+  except TypeError:  # not a NumPy name: a jaxfp8 alias ("e4m3") or unknown
+    dt = formats.get(dtype, arg="dtype", fn=fn).dtype
+  if not jnp.issubdtype(dt, jnp.floating):
+    raise TypeError(f"`dtype` argument to `{fn}` must be a floating dtype, "
+                    f"got {dt.name}")
+  if formats.is_narrow(dt) and not formats.get(dt).native:
+    raise NotImplementedError(
+        f"`dtype` argument to `{fn}`: the installed XLA can't hold {dt.name} "
+        f"arrays; dequantize to a wide float, or take the codes with "
+        f"jaxfp8.encode(a.dequantize(), {dt.name!r})")
+  return dt

@@ -74,7 +74,22 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
       with ``elements``' shape except along ``axis`` (divided by the block).
     fmt: the MX format name.
     axis: the blocked (contracting) axis.
-    tensor_scale: nvfp4's float32 power-of-two tensor scale (default 1).
+    tensor_scale: nvfp4 only: its tensor scale (default 1), a power of two
+      in float32's normal range, 2^-126 to 2^127, as :func:`quantize` makes
+      them; float or integer (converted to float32 exactly), 0-d, or the
+      leading (batch) axes of ``elements``. A recipe's non-power-of-two scale
+      (``amax / 2688``) is not accepted: apply it to the result instead
+      (see ``docs/mx.md``).
+
+  Returns:
+    An :class:`MXArray`.
+
+  Raises:
+    TypeError: for elements or scales of the wrong dtype, or a
+      ``tensor_scale`` that is not a real number.
+    ValueError: for mismatched shapes, a ``tensor_scale`` with a format
+      other than nvfp4, or one that is not a power of two in range (checked
+      when its value is known, i.e. not under ``jit``).
 
   >>> import jax.numpy as jnp
   >>> from jaxfp8._src.mx import quantize
@@ -114,10 +129,45 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
         lax.bitcast_convert_type(jnp.moveaxis(elements, ax, -1).astype(
             jnp.float32), jnp.uint32), None, mx, "nearest")
     elements = jnp.moveaxis(mx_pack.pack(codes, mx.bits), -1, ax)
-  if not mx.power_of_two_scales and tensor_scale is None:
-    tensor_scale = jnp.float32(1.0)
+  tensor_scale = _check_tensor_scale(tensor_scale, mx, elements.shape, ax)
   return _mx.MXArray(elements, scales, mx, axis=ax, length=n,
                      block_size=n // nb, tensor_scale=tensor_scale)
+
+
+def _check_tensor_scale(tensor_scale, mx, shape: tuple[int, ...], ax: int):
+  """nvfp4's tensor scale as a float32 array; checks dtype, shape and value."""
+  fn = "from_scaled"
+  if mx.power_of_two_scales:
+    if tensor_scale is not None:
+      raise ValueError(f"`tensor_scale` argument to `{fn}` is for nvfp4 only; "
+                       f"{mx.name} has no tensor scale (its E8M0 block scales "
+                       f"carry the whole scale), got {tensor_scale!r}")
+    return None
+  if tensor_scale is None:
+    return jnp.float32(1.0)
+  validate.check_array(tensor_scale, "tensor_scale", fn)
+  dtype = (np.dtype(tensor_scale.dtype) if hasattr(tensor_scale, "dtype")
+           else np.asarray(tensor_scale).dtype)
+  if dtype == np.bool_ or not (jnp.issubdtype(dtype, jnp.floating)
+                               or jnp.issubdtype(dtype, jnp.integer)):
+    raise TypeError(f"`tensor_scale` argument to `{fn}` must be a real "
+                    f"number (float or integer), got dtype {dtype}")
+  ts_shape = tuple(np.shape(tensor_scale))
+  if (len(ts_shape) >= len(shape) or ts_shape != shape[:len(ts_shape)]
+      or ax % len(shape) < len(ts_shape)):
+    raise ValueError(f"`tensor_scale` argument to `{fn}` must be a scalar or "
+                     f"have the leading (batch) axes of `elements` {shape} "
+                     f"before the blocked axis {ax}, got shape {ts_shape}")
+  if not isinstance(tensor_scale, jax.core.Tracer):
+    v = np.asarray(tensor_scale).astype(np.float64)
+    mant, exp = np.frexp(v)
+    ok = np.isfinite(v) & (mant == 0.5) & (exp >= -125) & (exp <= 128)
+    if not ok.all():
+      bad = v[~ok].flat[0] if v.ndim else v
+      raise ValueError(f"`tensor_scale` argument to `{fn}` must be a positive "
+                       f"power of two in float32's normal range (2^-126 to "
+                       f"2^127), got {float(bad)!r}")
+  return jnp.asarray(tensor_scale).astype(jnp.float32)
 
 
 def _check_operand(x, name: str, blocked_axis: int):
@@ -129,7 +179,11 @@ def _check_operand(x, name: str, blocked_axis: int):
           f"axis={x.axis}, shape={x.shape}")
     return x
   validate.check_array(x, name, "matmul")
-  return jnp.asarray(x)
+  x = jnp.asarray(x)
+  if x.ndim == 0:
+    raise ValueError(f"`{name}` argument to `matmul` must have at least one "
+                     "dimension, got a scalar")
+  return x
 
 
 def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
@@ -160,6 +214,11 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
                         "matmul")
   a = _check_operand(a, "a", -1)
   b = _check_operand(b, "b", -2)
+  k_b = b.shape[-2] if b.ndim > 1 else b.shape[0]
+  if a.shape[-1] != k_b:
+    raise ValueError(f"`a` and `b` arguments to `matmul` must have the same "
+                     f"contracting size (a's last axis, b's second to last), "
+                     f"got shapes {a.shape} and {b.shape}")
   if method == "scaled_dot":
     return _scaled_dot(a, b, preferred_element_type)
   da = a.dequantize() if isinstance(a, _mx.MXArray) else a.astype(jnp.float32)
@@ -167,6 +226,33 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
   out = jnp.matmul(da, db, precision=lax.Precision.HIGHEST,
                    preferred_element_type=jnp.float32)
   return out.astype(preferred_element_type)
+
+
+def _int8_scale_shift(elements, codes, axis: int):
+  """Folds mxint8's 2^-6 into its E8M0 codes, as far as each row allows.
+
+  ``scaled_dot`` reads mxint8 elements as integers, 64 times their value;
+  correcting the product afterwards would overflow it six binades early.
+  Each row (``axis`` is the blocked axis) has its codes lowered by
+  ``t <= 6`` and the rest, 2^(t - 6), is returned as the factor of that
+  row of the product (a column when ``axis`` is -2). ``t`` keeps every
+  block holding a nonzero element at code >= 1: code 0 (2^-127) is
+  subnormal in the bfloat16 that ``scaled_dot``'s CPU decomposition
+  multiplies in, and flushes to zero.
+  Only power-of-two factors move, so products in float32's normal range are
+  bit-identical to correcting afterwards.
+  """
+  e = jnp.moveaxis(elements, axis, -1)
+  c = jnp.moveaxis(codes, axis, -1).astype(jnp.int32)
+  nonzero = jnp.any(e.reshape(*c.shape, -1) != 0, axis=-1)
+  live = nonzero & (c != 255)  # NaN blocks decode to NaN at any code
+  t = jnp.clip(jnp.min(jnp.where(live, c, 255), axis=-1, initial=255) - 1,
+               0, 6)
+  c = jnp.where(c == 255, c, jnp.maximum(c - t[..., None], 0))
+  codes = jnp.moveaxis(c.astype(jnp.uint8), -1, axis)
+  factor = lax.bitcast_convert_type(((t + 121) << 23).astype(jnp.uint32),
+                                    jnp.float32)  # 2^(t - 6), a normal float
+  return codes, factor
 
 
 def _scaled_dot(a, b, preferred_element_type):
@@ -178,18 +264,24 @@ def _scaled_dot(a, b, preferred_element_type):
         "`matmul` with method='scaled_dot' needs 2-D or 3-D operands of the "
         f"same rank and block size; got shapes {a.shape}, {b.shape} and "
         f"blocks {a.block_size}, {b.block_size}")
-  if a.shape[-1] != b.shape[-2]:
-    raise ValueError(f"`matmul`: contracting sizes differ, {a.shape} @ "
-                     f"{b.shape}")
   (ea, sa), (eb, sb) = to_scaled(a), to_scaled(b)
+  fa = fb = None
+  if a.fmt.name == "mxint8":
+    sa, fa = _int8_scale_shift(ea, a.scales, -1)
+    sa, fa = lax.bitcast_convert_type(sa, a.fmt.scale.dtype), fa[..., None]
+  if b.fmt.name == "mxint8":
+    sb, fb = _int8_scale_shift(eb, b.scales, -2)
+    sb, fb = lax.bitcast_convert_type(sb, b.fmt.scale.dtype), fb[..., None, :]
   dims = (((1,), (0,)), ((), ())) if a.ndim == 2 else (((2,), (1,)),
                                                        ((0,), (0,)))
   out = lax.scaled_dot(ea, eb, lhs_scale=sa, rhs_scale=sb,
                        dimension_numbers=dims,
                        preferred_element_type=jnp.float32)
-  for x in (a, b):
-    if x.fmt.name == "mxint8":
-      out = out * np.float32(2.0**-6)
-    if x.tensor_scale is not None:
-      out = out * x.tensor_scale
+  for x, f in ((a, fa), (b, fb)):
+    if f is not None:
+      out = out * f
+    if not x.fmt.power_of_two_scales:
+      # Under vmap the tensor scale has the batch axes: (B,) against (B, M, N).
+      ts = jnp.asarray(x.tensor_scale)
+      out = out * ts.reshape(ts.shape + (1, 1))
   return out.astype(preferred_element_type)
