@@ -10,6 +10,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
+from jaxfp8 import policy as P
 
 ALL_FORMATS = formats.all_formats()
 NARROW = formats.all_formats(narrow=True)
@@ -190,3 +191,23 @@ def test_haiku_set_policy_model_runs():
   assert float(jnp.abs(y - ref).max()) > 0  # it did compute in fp8
   for g in jax.tree.leaves(grads):
     assert np.isfinite(np.asarray(g)).all() and float(jnp.abs(g).sum()) > 0
+
+
+def test_float6_leaves_and_dtype_edge_cases():
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  pol = P.get_policy("p=e2m3,c=f32,o=f32")
+  host = np.array([1.0, 2.0], ml_dtypes.float6_e2m3fn)
+  p = pol.cast_to_param(host)  # a NumPy float6 array becomes codes
+  assert isinstance(p, jaxfp8.CodeArray)
+  np.testing.assert_array_equal(np.asarray(jaxfp8.decode(p)), [1.0, 2.0])
+  with pytest.raises(TypeError, match="compute dtype float6_e2m3fn"):
+    P.get_policy("c=e2m3").cast_to_compute(jaxfp8.cast(jnp.ones(2), "e2m3"))
+  with pytest.raises(TypeError, match="`param_dtype` argument to `Policy`"):
+    P.Policy(None, "f32", "f32")
+  assert P.Policy(float, "f32", "f32").param_dtype == jnp.float32
+
+
+def test_raw_key_of_the_wrong_shape_is_named():
+  with pytest.raises(TypeError, match=r"`key` argument to `stochastic_round`"
+                     r".*shape \(4,\)"):
+    P.stochastic_round(jnp.ones(2), "e4m3", jnp.zeros(4, jnp.uint32))

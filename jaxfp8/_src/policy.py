@@ -20,6 +20,7 @@ from jaxfp8._src import formats
 from jaxfp8._src.cast import cast
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.codes import encode_numpy
 
 T = TypeVar("T")
 
@@ -38,6 +39,11 @@ def _valid_names() -> str:
 
 def _parse_dtype(value: Any, *, arg: str, fn: str) -> np.dtype:
   """A dtype from a registry name/alias, jmp name, dtype or Format."""
+  if value is None:
+    raise TypeError(f"`{arg}` argument to `{fn}` must be a dtype or format "
+                    f"name, got None")
+  if value is float:  # JAX's default float, as jnp.dtype(float) reads it
+    value = jax.dtypes.canonicalize_dtype(float)
   if isinstance(value, str) and value.strip().lower() in _EXTRA_NAMES:
     return _EXTRA_NAMES[value.strip().lower()]
   if not isinstance(value, (str, formats.Format)):
@@ -69,14 +75,8 @@ def _is_floating_leaf(x: Any) -> bool:
 
 
 def _cast_leaf(x: Any, dtype: np.dtype, role: str):
-  if isinstance(x, CodeArray):
-    if x.dtype == dtype:
-      return x
-    x = decode(x, jnp.float32)
-  if x.dtype == dtype:
-    return x
-  if formats.is_narrow(dtype):
-    fmt = formats.get(dtype)
+  fmt = formats.get(dtype) if formats.is_narrow(dtype) else None
+  if fmt is not None:
     if not fmt.signed:
       raise TypeError(
           f"Policy {role} dtype {fmt.name} holds only positive powers of two "
@@ -87,6 +87,16 @@ def _cast_leaf(x: Any, dtype: np.dtype, role: str):
           f"JAX/XLA backend can compute with (it has no {fmt.name}); use it as "
           f"the param dtype (stored as jaxfp8.CodeArray codes) and compute "
           f"in a native format")
+  if isinstance(x, np.ndarray) and formats.is_narrow(x.dtype) and (
+      not formats.get(x.dtype).native):
+    x = encode_numpy(x)
+  if isinstance(x, CodeArray):
+    if x.dtype == dtype:
+      return x
+    x = decode(x, jnp.float32)
+  if x.dtype == dtype:
+    return x
+  if fmt is not None:
     return cast(x, fmt)
   if formats.is_narrow(x.dtype):
     return decode(x, dtype)

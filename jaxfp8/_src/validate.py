@@ -25,6 +25,16 @@ def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
       return key
     if key.dtype == np.uint32 and key.ndim >= 1:
+      try:  # the default implementation's key shape: (2,) for threefry
+        jax.random.wrap_key_data(key)
+      except (TypeError, ValueError) as e:
+        want = jax.eval_shape(lambda: jax.random.key_data(
+            jax.random.key(0))).shape
+        raise TypeError(
+            f"`{arg}` argument to `{fn}` is a raw uint32 key of shape "
+            f"{key.shape}; the default PRNG implementation reads raw keys of "
+            f"shape (..., {', '.join(map(str, want))}). Pass a typed key "
+            "(jax.random.key) instead") from e
       return jnp.asarray(key)
   raise TypeError(
       f"`{arg}` argument to `{fn}` must be a PRNG key (jax.random.key or "
