@@ -270,3 +270,21 @@ def test_codearray_operands_are_decoded():
   out = P.fp8_dot_general(ca, jnp.eye(2), dims, lhs_scaling=exact,
                           rhs_scaling=exact)
   np.testing.assert_array_equal(np.asarray(out), [[1.0, 2.0], [0.5, -1.0]])
+
+
+def test_module_arguments_are_named():
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((2, 4))
+  with pytest.raises(TypeError, match="pass an instance"):
+    nnx.Linear(4, 3, dot_general=P.NnxFp8DotGeneral, rngs=nnx.Rngs(0))(x)
+  with pytest.raises(TypeError, match="`fwd_format` argument to "
+                     "`NnxFp8DotGeneral`"):
+    P.NnxFp8DotGeneral(fwd_format="float32")
+  with pytest.raises(ValueError, match="`bwd_format`.*signed"):
+    P.NnxFp8DotGeneral(bwd_format="e8m0")
+  dense = nn.Dense(3, dot_general_cls=lambda: P.Fp8DotGeneral(
+      fwd_format="float32"))
+  with pytest.raises(TypeError, match="`fwd_format` argument to "
+                     "`Fp8DotGeneral`"):
+    dense.init(jax.random.key(0), x)

@@ -191,3 +191,13 @@ def test_codearray_params_are_refused_clearly():
   tx = P.with_stochastic_rounding(optax.sgd(0.1), key=jax.random.key(0))
   with pytest.raises(NotImplementedError, match="float6_e2m3fn.*CodeArray"):
     tx.init({"w": jaxfp8.cast(jnp.ones(3), "e2m3")})
+
+
+def test_apply_updates_saturates_narrow_params():
+  params = {"w": jnp.array([400.0, -440.0], jnp.float8_e4m3fn),
+            "v": jnp.array([57344.0], jnp.float8_e5m2)}
+  out = P.apply_updates(params, {"w": jnp.array([100.0, -100.0]),
+                                 "v": jnp.array([1e5])})
+  np.testing.assert_array_equal(np.asarray(out["w"].astype(jnp.float32)),
+                                [448.0, -448.0])
+  assert float(out["v"][0]) == 57344.0 and out["w"].dtype == jnp.float8_e4m3fn

@@ -319,7 +319,9 @@ def _linen_class():
     @nn.compact
     def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                  preferred_element_type=None, **kwargs):
-      fmts = (self.fwd_format, self.fwd_format, self.bwd_format)
+      fwd, bwd = _check_formats(self.fwd_format, self.bwd_format,
+                                "Fp8DotGeneral")
+      fmts = (fwd, fwd, bwd)
       if _check_mode(self.scaling, "Fp8DotGeneral") == "current":
         states = [CurrentScaling(f, self.margin, self.power_of_two)
                   for f in fmts]
@@ -342,6 +344,11 @@ def _linen_class():
                              rhs_scaling=states[1], grad_scaling=states[2])
 
   return Fp8DotGeneral
+
+
+def _check_formats(fwd: Any, bwd: Any, fn: str) -> tuple[str, str]:
+  return (scaling.signed_format(fwd, "fwd_format", fn).name,
+          scaling.signed_format(bwd, "bwd_format", fn).name)
 
 
 def _check_mode(mode: str, fn: str) -> str:
@@ -367,14 +374,21 @@ def _nnx_classes():
     Fp8State))``) and write it back with :func:`nnx_apply_fp8_state`.
     """
 
-    def __init__(self, *, fwd_format: Any = "float8_e4m3fn",
+    def __init__(self, *args, fwd_format: Any = "float8_e4m3fn",
                  bwd_format: Any = "float8_e5m2", scaling: str = "delayed",
                  history_length: int = 16, reduction: str = "max",
-                 margin: int = 0, power_of_two: bool = False):
-      self.mode = _check_mode(scaling, "Fp8DotGeneral")
-      self.formats = (formats.get_narrow(fwd_format).name,
-                      formats.get_narrow(fwd_format).name,
-                      formats.get_narrow(bwd_format).name)
+                 margin: int = 0, power_of_two: bool = False, **unexpected):
+      fn = "NnxFp8DotGeneral"
+      if args or unexpected:
+        # What nnx.Linear does when handed the class instead of an instance.
+        raise TypeError(
+            f"`{fn}` takes keyword options only, got "
+            f"{len(args)} positional and {sorted(unexpected)} keyword "
+            f"arguments: pass an instance, nnx.Linear(..., "
+            f"dot_general={fn}()), not the class")
+      self.mode = _check_mode(scaling, fn)
+      fwd, bwd = _check_formats(fwd_format, bwd_format, fn)
+      self.formats = (fwd, fwd, bwd)
       self.reduction, self.margin = reduction, margin
       self.power_of_two = bool(power_of_two)
       if self.mode == "delayed":

@@ -121,7 +121,8 @@ def apply_updates(params: Any, updates: Any) -> Any:
   """``optax.apply_updates`` that also takes narrow parameters.
 
   Each sum is formed in float32 (or the wider of the two dtypes) and cast
-  back to the parameter's dtype. With updates from
+  back to the parameter's dtype, saturating at a narrow format's max (a
+  plain ``astype`` gives NaN past 464 in float8_e4m3fn). With updates from
   :func:`with_stochastic_rounding` the sum is exactly a value of that dtype.
 
   >>> p = {"w": jnp.array([1.0, 2.0], jnp.float8_e4m3fn), "n": jnp.arange(2)}
@@ -132,8 +133,9 @@ def apply_updates(params: Any, updates: Any) -> Any:
     if p is None or u is None:
       return p
     p = jnp.asarray(p)
-    if formats.is_narrow(p.dtype):
-      return (p.astype(jnp.float32) + u).astype(p.dtype)
+    if formats.is_narrow(p.dtype):  # saturating, as jaxfp8.cast: no NaN
+      return _cast_jit(p.astype(jnp.float32) + u, None,
+                       formats.get(p.dtype).name, "nearest", True, False)
     return jnp.asarray(p + u).astype(p.dtype)
   return jax.tree_util.tree_map(one, params, updates,
                                 is_leaf=lambda x: x is None)
