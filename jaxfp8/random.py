@@ -37,6 +37,7 @@ from jaxfp8._src.random.samplers import loggamma as loggamma
 from jaxfp8._src.random.samplers import logistic as logistic
 from jaxfp8._src.random.samplers import lognormal as lognormal
 from jaxfp8._src.random.samplers import maxwell as maxwell
+from jaxfp8._src.random.samplers import multinomial as multinomial
 from jaxfp8._src.random.samplers import multivariate_normal as multivariate_normal
 from jaxfp8._src.random.samplers import normal as normal
 from jaxfp8._src.random.samplers import orthogonal as orthogonal
@@ -47,6 +48,7 @@ from jaxfp8._src.random.samplers import t as t
 from jaxfp8._src.random.samplers import triangular as triangular
 from jaxfp8._src.random.samplers import truncated_normal as truncated_normal
 from jaxfp8._src.random.samplers import uniform as uniform
+from jaxfp8._src.random.samplers import wald as wald
 from jaxfp8._src.random.samplers import weibull_min as weibull_min
 from jaxfp8._src.random.table import table_law as table_law
 
@@ -55,7 +57,7 @@ __all__ = [
     "cauchy", "chisquare", "default_method", "dirichlet",
     "double_sided_maxwell", "exponential", "f", "gamma", "generalized_normal", "get_default_method",
     "gumbel", "laplace", "loggamma", "logistic", "lognormal", "maxwell",
-    "multivariate_normal", "normal", "orthogonal", "pareto", "rademacher",
+    "multinomial", "multivariate_normal", "normal", "orthogonal", "pareto", "rademacher",
     "rayleigh", "rounded_law", "set_default_method", "t", "table_law",
-    "triangular", "truncated_normal", "uniform", "weibull_min",
+    "triangular", "truncated_normal", "uniform", "wald", "weibull_min",
 ]

@@ -53,8 +53,17 @@ def test_all_jax_float_samplers_are_covered():
             "cauchy", "lognormal", "rayleigh", "maxwell",
             "double_sided_maxwell", "weibull_min", "pareto", "triangular",
             "generalized_normal", "gamma", "beta", "dirichlet", "chisquare",
-            "t", "multivariate_normal", "ball", "orthogonal", "categorical"}
+            "t", "multivariate_normal", "ball", "orthogonal", "categorical",
+            "loggamma", "f", "binomial", "wald", "multinomial"}
   assert wanted <= set(R.__all__)
+  # Every jax.random function with a floating dtype argument is here.
+  for name in dir(jax.random):
+    fn = getattr(jax.random, name)
+    if name.startswith("_") or not inspect.isfunction(fn):
+      continue
+    dtype = inspect.signature(fn).parameters.get("dtype")
+    if dtype is not None and "Float" in str(dtype.annotation):
+      assert name in R.__all__, name
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -122,6 +131,13 @@ CAST_CALLS = {
                    lambda k: jax.random.orthogonal(k, 4, (2,), jnp.float32)),
     "rademacher": (lambda k, d, **o: R.rademacher(k, (64,), d, **o),
                    lambda k: jax.random.rademacher(k, (64,), jnp.float32)),
+    "wald": (lambda k, d, **o: R.wald(k, 1.5, (64,), d, **o),
+             lambda k: jax.random.wald(k, 1.5, (64,), jnp.float32)),
+    "multinomial": (
+        lambda k, d, **o: R.multinomial(k, 12.0, jnp.array([0.2, 0.3, 0.5]),
+                                        shape=(8, 3), dtype=d, **o),
+        lambda k: jax.random.multinomial(k, 12.0, jnp.array([0.2, 0.3, 0.5]),
+                                         shape=(8, 3), dtype=jnp.float32)),
 }
 
 

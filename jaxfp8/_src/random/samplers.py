@@ -100,7 +100,7 @@ _MAY_BE_INFINITE = {"truncated_normal": ("lower", "upper")}
 # those whose draws are > 0 when one parameter is >= 0.
 _POSITIVE_DRAWS = frozenset({"exponential", "gamma", "beta", "chisquare",
                              "lognormal", "pareto", "rayleigh", "maxwell",
-                             "weibull_min", "dirichlet", "f"})
+                             "weibull_min", "dirichlet", "f", "wald"})
 _POSITIVE_IF = {"uniform": "minval", "triangular": "left",
                 "truncated_normal": "lower"}
 
@@ -436,6 +436,51 @@ def gamma(key, a, shape=None, dtype=None, *, out_sharding=None, method=None,
       out_sharding=out_sharding, method=method, rounding=rounding,
       jax_call=lambda k, s: jax.random.gamma(k, a, s, dtype,
                                              out_sharding=out_sharding))
+
+
+def wald(key, mean, shape=None, dtype=None, *, out_sharding=None,
+         method=None, rounding="nearest"):
+  """Wald (inverse Gaussian, unit shape) samples of ``mean`` (> 0), rounded
+  (cast).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.wald(jax.random.key(0), 1.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.4375, 1.25, 0.8125], dtype=float8_e4m3fn)
+  """
+  return _cast_only(
+      "wald", key, shape, dtype, {"mean": mean}, positive=("mean",),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      jax_call=lambda k, s: jax.random.wald(k, mean, s, dtype,
+                                            out_sharding=out_sharding))
+
+
+def multinomial(key, n, p, *, shape=None, dtype=None, unroll=1, method=None,
+                rounding="nearest"):
+  """Multinomial counts of ``n`` trials over the categories of ``p`` (last
+  axis), rounded into ``dtype`` (cast).
+
+  Counts are integers, rounded like any value: exact up to the format's
+  largest consecutive integer (16 in float8_e4m3fn, 8 in float8_e5m2).
+
+  >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> c = jaxfp8.random.multinomial(jax.random.key(0), 10., jnp.ones(3) / 3,
+  ...                               dtype="e4m3")
+  >>> float(c.astype(jnp.float32).sum())
+  10.0
+  """
+  fn = "multinomial"
+  key = common.check_key(key, fn)
+  fmt = common.out_format(dtype, fn)
+  if fmt is None:
+    return jax.random.multinomial(key, n, p, shape=shape, dtype=dtype,
+                                  unroll=unroll)
+  for arg, v in (("n", n), ("p", p)):
+    common.check_positive_array(v, arg, fn, allow_zero=True)
+  static = {"unroll": unroll}
+  if shape is not None:
+    static["shape"] = validate.check_shape(shape, fn)
+  return _draw(fn, key, None, fmt, params={"n": n, "p": p}, static=static,
+               method=method, rounding=rounding)
 
 
 def loggamma(key, a, shape=None, dtype=None, *, out_sharding=None,
