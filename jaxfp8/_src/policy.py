@@ -43,7 +43,7 @@ def _parse_dtype(value: Any, *, arg: str, fn: str) -> np.dtype:
     raise TypeError(f"`{arg}` argument to `{fn}` must be a dtype or format "
                     f"name, got None")
   if value is float:  # JAX's default float, as jnp.dtype(float) reads it
-    value = jax.dtypes.canonicalize_dtype(float)
+    value = jnp.result_type(float)
   if isinstance(value, str) and value.strip().lower() in _EXTRA_NAMES:
     return _EXTRA_NAMES[value.strip().lower()]
   if not isinstance(value, (str, formats.Format)):
