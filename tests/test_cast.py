@@ -1,4 +1,8 @@
 """jaxfp8.cast / encode / decode: bit-exact against a float64 reference."""
+import copy
+import gc
+import pickle
+
 import hypothesis
 from hypothesis import strategies as st
 import jax
@@ -8,6 +12,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
+from jaxfp8._src import codes as codes_lib
 from cast_reference import round_reference
 
 NARROW = formats.names(narrow=True)
@@ -149,6 +154,88 @@ def test_straight_through_gradient():
   np.testing.assert_array_equal(g, [1.0, 1.0, 1.0])
 
 
+# Cotangents no narrow format holds: beyond max, between grid points, tiny.
+COTANGENTS = np.array([1000.0, 0.3, -7.1, 1e5, 3e-9, 1.0], np.float32)
+GRAD_FORMATS = (*NARROW, "bfloat16", "float16")
+
+
+def _grad_inputs(fmt):
+  signed = formats.get(fmt).signed
+  return jnp.array([1.0, -2.5, 3.0, 0.7, 1e4, -1e-3] if signed
+                   else [1.0, 2.5, 3.0, 0.7, 1e4, 1e-3])
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("fmt,make", [
+    (fmt, make) for fmt in GRAD_FORMATS
+    for make in (("cast", "encode", "astype", "indexed")
+                 if formats.get(fmt).narrow else ("cast",))])
+def test_decode_of_cast_is_exact_identity_gradient(fmt, make, jit):
+  """d decode(cast(x))/dx = 1 exactly, whatever the cotangent and format."""
+  w = jnp.asarray(COTANGENTS)
+
+  def loss(x):
+    if make == "cast":
+      y = jaxfp8.decode(jaxfp8.cast(x, fmt))
+    elif make == "encode":
+      y = jaxfp8.decode(jaxfp8.encode(x, fmt))
+    elif make == "astype":
+      y = jaxfp8.encode(x, fmt).astype(jnp.float32)
+    else:  # a CodeArray indexed and reshaped before decoding
+      y = jaxfp8.decode(jaxfp8.encode(x[None], fmt)[0].reshape(2, 3)).ravel()
+    return (y * w).sum()
+
+  grad = jax.jit(jax.grad(loss)) if jit else jax.grad(loss)
+  np.testing.assert_array_equal(grad(_grad_inputs(fmt)), COTANGENTS)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m3", "e2m1", "bf16"])
+def test_forward_mode_tangent_is_exact(fmt):
+  x, t = _grad_inputs(fmt), jnp.asarray(COTANGENTS)
+  _, tangent = jax.jvp(lambda x: jaxfp8.decode(jaxfp8.cast(x, fmt)), (x,), (t,))
+  np.testing.assert_array_equal(tangent, COTANGENTS)
+  jac = jax.jacfwd(lambda x: jaxfp8.decode(jaxfp8.cast(x, fmt)))(x)
+  np.testing.assert_array_equal(jac, np.eye(len(COTANGENTS)))
+
+
+def test_straight_through_gradient_in_the_input_precision():
+  x = jnp.array([1.0, 2.0, 3.0], jnp.bfloat16)
+  g = jax.grad(lambda x: (jaxfp8.decode(jaxfp8.cast(x, "e4m3")) * 0.3).sum())(x)
+  assert g.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(g, jnp.full(3, 0.3, jnp.bfloat16))
+
+
+def test_stochastic_and_vmapped_straight_through():
+  x, k = jnp.array([1.05, 2.3, -0.7]), jax.random.key(0)
+  g = jax.jit(jax.grad(lambda x, k: (jaxfp8.decode(jaxfp8.cast(
+      x, "e2m3", rounding="stochastic", key=k)) * 0.3).sum()))(x, k)
+  np.testing.assert_array_equal(g, np.full(3, 0.3, np.float32))
+  g = jax.vmap(jax.grad(lambda x: (jaxfp8.decode(jaxfp8.cast(x, "e5m2"))
+                                   * 1e6).sum()))(jnp.stack([x, x]))
+  np.testing.assert_array_equal(g, np.full((2, 3), 1e6, np.float32))
+
+
+def test_gradient_through_the_narrow_array_is_held_in_the_format():
+  """What JAX gives through a native narrow array: the tangent in its format."""
+  x = jnp.array([1.0, 2.0])
+  g = jax.grad(lambda x: (jaxfp8.cast(x, "e4m3").astype(jnp.float32)
+                          * 0.3).sum())(x)
+  np.testing.assert_array_equal(g, np.full(2, float(np.float32(0.3).astype(
+      jnp.float8_e4m3fn)), np.float32))
+
+
+def test_traced_cast_results_are_forgotten():
+  jax.grad(lambda x: jaxfp8.decode(jaxfp8.cast(x, "e4m3")).sum())(jnp.ones(3))
+  jax.jit(lambda x: jaxfp8.decode(jaxfp8.cast(x, "e5m2")))(jnp.ones(3))
+  gc.collect()
+  assert not codes_lib._SOURCES  # pylint: disable=protected-access
+
+
+def test_decode_of_other_wide_arrays_keeps_jax_gradient():
+  g = jax.grad(lambda x: (jaxfp8.decode(x * 2.0) * 3.0).sum())(jnp.ones(2))
+  np.testing.assert_array_equal(g, [6.0, 6.0])
+
+
 def test_cast_never_nan_from_finite_when_saturating():
   x = jnp.asarray(np.random.default_rng(0).standard_normal(4096) * 1e4,
                   jnp.float32)
@@ -166,6 +253,109 @@ def test_float6_result_is_code_array_and_survives_jit():
 def test_decode_of_numpy_float6():
   x = np.array([0.5, -3.0], formats.get("e2m3").dtype)
   np.testing.assert_array_equal(jaxfp8.decode(x), [0.5, -3.0])
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rounding", ROUNDINGS_DET)
+@pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
+def test_wide_16_bit_subnormals(fmt, rounding, saturate):
+  """bfloat16's subnormals lie below float32's normals: none may flush."""
+  f = formats.get(fmt)
+  sub = f.values[(f.values > 0) & (f.values < f.min_normal)]
+  sub = sub[np.linspace(0, len(sub) - 1, 200).astype(int)]
+  mids = (sub[1:] + sub[:-1]) / 2
+  x = np.concatenate([sub, mids, sub * 1.3, [f.min_subnormal / 2,
+                      f.min_subnormal * 0.6, f.min_normal, 1e-39, 9.18e-41]])
+  x = np.concatenate([x, -x]).astype(np.float32)
+  got = jaxfp8.cast(jnp.asarray(x), fmt, rounding=rounding, saturate=saturate)
+  assert_same(got, round_reference(x, fmt, rounding, saturate))
+  if rounding == "nearest":
+    assert_same(got, x.astype(f.dtype).astype(np.float64))
+
+
+def test_bf16_subnormals_survive_the_default_cast():
+  x = jnp.array([1e-39, -1e-39, 9.18e-41])
+  got = np.asarray(jaxfp8.cast(x, "bf16"), np.float64)
+  np.testing.assert_array_equal(
+      got, np.asarray(x).astype(jnp.bfloat16).astype(np.float64))
+  assert (got != 0).all()
+
+
+# -- CodeArray -----------------------------------------------------------------
+
+
+def test_code_array_iterates_and_bounds_checks():
+  ca = jaxfp8.cast(jnp.linspace(-3, 3, 3), "e2m3")
+  # Bounds first: without them the iteration below would never end.
+  for bad in (3, 5, -4, np.int64(7)):
+    with pytest.raises(IndexError, match="out of bounds for axis 0 with size 3"):
+      ca[bad]  # pylint: disable=pointless-statement
+  assert float(ca[-3].astype(jnp.float32)) == -3.0
+  assert [float(v.astype(jnp.float32)) for v in ca] == [-3.0, 0.0, 3.0]
+  assert len(list(ca)) == len(ca) == 3
+  grid = jaxfp8.cast(jnp.ones((2, 3)), "e2m3")
+  assert grid[1, 2].shape == () and grid[..., -1].shape == (2,)
+  assert grid[None, 1].shape == (1, 3) and grid[:, ::2].shape == (2, 2)
+  with pytest.raises(IndexError, match="index 3 is out of bounds for axis 1"):
+    grid[0, 3]  # pylint: disable=pointless-statement
+  with pytest.raises(IndexError, match="index -3 is out of bounds for axis 0"):
+    grid[..., -3, 0]  # pylint: disable=pointless-statement
+  with pytest.raises(IndexError, match="too many indices"):
+    grid[0, 0, 0]  # pylint: disable=pointless-statement
+
+
+def test_zero_d_code_array_has_no_length():
+  scalar = jaxfp8.cast(jnp.float32(1.5), "e2m3")
+  with pytest.raises(TypeError, match="len"):
+    len(scalar)
+  with pytest.raises(TypeError, match="iteration over a 0-d"):
+    iter(scalar)
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy,
+                                    lambda a: pickle.loads(pickle.dumps(a))],
+                         ids=["copy", "deepcopy", "pickle"])
+def test_code_array_copies(copier):
+  ca = jaxfp8.cast(jnp.array([1.5, -7.0]), "e3m2")
+  got = copier(ca)
+  assert got.format is ca.format
+  np.testing.assert_array_equal(got.codes, ca.codes)
+  np.testing.assert_array_equal(jaxfp8.decode(got), [1.5, -7.0])
+
+
+@pytest.mark.parametrize("fmt", ["e2m3", "e3m2", "e2m1"])
+def test_high_bits_of_codes_are_ignored(fmt):
+  f = formats.get(fmt)
+  low = np.arange(2**f.bits, dtype=np.uint8)
+  high = low | np.uint8(0xFF ^ ((1 << f.bits) - 1))
+  want = f.code_table.astype(np.float64)
+  for codes in (low, high, high.astype(np.int32)):
+    ca = jaxfp8.CodeArray(jnp.asarray(codes), f)
+    np.testing.assert_array_equal(np.asarray(jaxfp8.decode(ca), np.float64),
+                                  want)
+    np.testing.assert_array_equal(np.asarray(ca, np.float64), want)
+
+
+def test_code_array_refuses_float_codes_and_wide_formats():
+  with pytest.raises(TypeError, match="`codes` argument to `CodeArray`.*"
+                     "integer.*float32"):
+    jaxfp8.CodeArray(jnp.array([1.7]), "e2m3")
+  with pytest.raises(ValueError, match="`fmt` argument to `CodeArray`.*narrow"
+                     ".*float32"):
+    jaxfp8.CodeArray(jnp.array([1], jnp.uint8), "f32")
+
+
+def test_decode_dtype_goes_through_the_registry():
+  ca = jaxfp8.cast(jnp.array([1.5, -2.0]), "e2m3")
+  assert jaxfp8.decode(ca, "bf16").dtype == jnp.bfloat16
+  assert jaxfp8.decode(jnp.ones(2, jnp.float8_e4m3fn), "half").dtype == jnp.float16
+  with pytest.raises(TypeError, match="`dtype` argument to `decode` must be a "
+                     "wide format.*float6_e2m3fn"):
+    jaxfp8.decode(ca, "float6_e2m3fn")
+  with pytest.raises(TypeError, match="`dtype` argument to `decode`.*int32"):
+    jaxfp8.decode(ca, jnp.int32)
+  with pytest.raises(ValueError, match="Unknown format 'f4'"):
+    jaxfp8.decode(ca, "f4")
 
 
 # -- errors --------------------------------------------------------------------
@@ -199,6 +389,11 @@ def test_unknown_rounding():
 def test_unknown_format_lists_nearest_names():
   with pytest.raises(ValueError, match="'e4m4'.*did you mean.*'e4m3'"):
     jaxfp8.cast(jnp.ones(3), "e4m4")
+
+
+def test_numpy_type_code_is_not_a_format():
+  with pytest.raises(ValueError, match="Unknown format 'f4'.*'fp4'"):
+    jaxfp8.cast(jnp.ones(3), "f4")
 
 
 @pytest.mark.parametrize("fmt", NARROW)

@@ -1,4 +1,7 @@
 """The format registry: lookups, derived facts, value tables, errors."""
+import copy
+import pickle
+
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -93,7 +96,38 @@ def test_integer_dtype_is_type_error():
   with pytest.raises(TypeError, match="floating format.*int8"):
     formats.get(jnp.int8)
   with pytest.raises(TypeError, match="floating format.*int32"):
-    formats.get("int32")
+    formats.get(np.dtype("int32"))
+
+
+@pytest.mark.parametrize("code", ["f4", "e", "f8", "f2", "d", "<f4", "int32",
+                                  "float64", "u1", "b"])
+def test_numpy_type_codes_are_not_format_names(code):
+  """Only the registry's names and aliases are names: "f4" is not float32."""
+  with pytest.raises(ValueError, match=f"Unknown format '{code}'"):
+    formats.get(code)
+
+
+def test_numpy_code_of_a_format_is_explained():
+  with pytest.raises(ValueError, match=r"did you mean 'fp4'.*NumPy's code for "
+                     r"float32"):
+    formats.get("f4")
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16", "BFloat16",
+                                  " float32 ", "f32", "bf16", "half", "single"])
+def test_wide_names_and_aliases(name):
+  assert formats.get(name).name in ("float32", "bfloat16", "float16")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.dtype("float16"),
+                                   jnp.bfloat16, np.dtype(jnp.float32)])
+def test_wide_dtypes_and_types(dtype):
+  assert formats.get(dtype).dtype == np.dtype(dtype)
+
+
+def test_none_is_not_a_format():
+  with pytest.raises(TypeError, match="None is not a format"):
+    formats.get(None)
 
 
 def test_non_format_is_type_error():
@@ -104,3 +138,33 @@ def test_non_format_is_type_error():
 def test_get_narrow_rejects_wide():
   with pytest.raises(TypeError, match="narrow format.*float32"):
     formats.get_narrow("float32")
+
+
+@pytest.mark.parametrize("name", formats.names())
+def test_copies_are_the_registry_singleton(name):
+  f = formats.get(name)
+  assert copy.copy(f) is f
+  assert copy.deepcopy(f) is f
+  assert pickle.loads(pickle.dumps(f)) is f
+  assert copy.deepcopy({"f": f})["f"] == f
+
+
+@pytest.mark.parametrize("name", formats.names())
+def test_nan_and_inf_codes_are_the_bit_patterns(name):
+  f = formats.get(name)
+  bits = np.dtype(f"uint{max(8, f.bits)}")
+  as_code = lambda v: int(np.array([v], np.float32).astype(f.dtype).view(bits)[0])
+  assert f.nan_code == (as_code(np.nan) if f.has_nan else None)
+  assert f.inf_code == (as_code(np.inf) if f.has_inf else None)
+  if f.nan_code is not None:
+    assert f.nan_code < 2**f.bits
+    assert np.isnan(np.array([f.nan_code], bits).view(f.dtype)[0])
+  if f.inf_code is not None:
+    assert np.array([f.inf_code], bits).view(f.dtype)[0] == np.inf
+
+
+def test_nan_and_inf_codes_of_wide_formats():
+  bf16, f16, f32 = (formats.get(n) for n in ("bf16", "f16", "f32"))
+  assert (bf16.nan_code, bf16.inf_code) == (0x7FC0, 0x7F80)
+  assert (f16.nan_code, f16.inf_code) == (0x7E00, 0x7C00)
+  assert (f32.nan_code, f32.inf_code) == (0x7FC00000, 0x7F800000)

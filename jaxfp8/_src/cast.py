@@ -25,12 +25,14 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.codes import remember_source
 
 Rounding = Literal["nearest", "stochastic", "down", "up", "toward_zero"]
 ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic", "down", "up",
                               "toward_zero")
 
 _U32 = jnp.uint32
+_F32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 
 
 def _f32_bits(v: float) -> int:
@@ -152,9 +154,11 @@ def _cast_jit(x, rand, fmt_name: str, rounding: str, saturate: bool,
       return codes
     return lax.bitcast_convert_type(codes, fmt.dtype)
   if (rounding == "nearest" and saturate and fmt.native and fmt.has_nan
-      and not as_codes):
+      and not as_codes and fmt.min_subnormal >= _F32_MIN_NORMAL):
     # XLA's own convert rounds to nearest-even; clipping first saturates.
-    # (Bit-identical to the integer path: the tests check both.)
+    # (Bit-identical to the integer path: the tests check both.) Formats with
+    # values below float32's smallest normal (bfloat16's subnormals) take the
+    # integer path: XLA on CPU flushes float32 subnormals in clip and convert.
     return jnp.clip(x, -fmt.max, fmt.max).astype(fmt.dtype)
   bits = lax.bitcast_convert_type(x, _U32)
   mag, neg, nan_in, inf_in = _classify(bits)
@@ -192,6 +196,9 @@ _ste = jax.custom_jvp(_ste, nondiff_argnums=(2, 3, 4, 5))
 
 @_ste.defjvp
 def _ste_jvp(fmt_name, rounding, saturate, as_codes, primals, tangents):
+  # The identity, as far as a narrow tangent can hold it: JAX wants the
+  # tangent of a narrow result in its format, and uint8 codes take none.
+  # `decode` of the result differentiates around it, exactly (codes.py).
   x, rand = primals
   out = _ste(x, rand, fmt_name, rounding, saturate, as_codes)
   if as_codes or not formats.get(fmt_name).native:
@@ -251,7 +258,12 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
     :class:`jaxfp8.CodeArray`. NaN stays NaN; formats without NaN (float6,
     float4) take NaN to -0, as ml_dtypes does. E8M0 has no zero and no sign:
     zero, negatives and NaN become NaN, values below 2^-127 become 2^-127.
-    Gradients pass straight through (``d cast(x)/dx = 1``).
+    Gradients pass straight through: ``decode(cast(x, fmt))`` (and
+    ``cast(x, fmt).astype(...)`` of a CodeArray) differentiates as the
+    identity in ``x``, exactly. Differentiated through the narrow array
+    itself (``cast(x, fmt).astype(jnp.float32)`` of a native array, or any
+    JAX op on it), the identity's tangent is held in ``fmt``, as JAX holds
+    every narrow tangent: rounded, and NaN or Inf beyond ``fmt``'s max.
 
   Raises:
     TypeError: for a non-array ``x``, a non-floating ``fmt`` or a bad ``key``.
@@ -273,7 +285,7 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
                        f"'nearest', got {rounding!r}")
     return x32
   out = _ste(x32, rand, fmt.name, rounding, bool(saturate), False)
-  return out if fmt.native else CodeArray(out, fmt)
+  return remember_source(out if fmt.native else CodeArray(out, fmt), x32)
 
 
 def encode(x: Any, fmt: formats.FormatLike, *,
@@ -295,5 +307,5 @@ def encode(x: Any, fmt: formats.FormatLike, *,
   if not fmt.narrow:
     raise TypeError(f"`fmt` argument to `encode` must be a narrow format, got "
                     f"{fmt.name}")
-  return CodeArray(_ste(x32, rand, fmt.name, rounding, bool(saturate), True),
-                   fmt)
+  codes = _ste(x32, rand, fmt.name, rounding, bool(saturate), True)
+  return remember_source(CodeArray(codes, fmt), x32)

@@ -7,13 +7,46 @@ native narrow array, back into a wide dtype exactly.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
+import weakref
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from jaxfp8._src import formats
+
+
+def _is_int(i: Any) -> bool:
+  return isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+
+
+def _check_bounds(shape: tuple[int, ...], idx: Any) -> None:
+  """IndexError for a concrete integer index outside its axis.
+
+  jnp clamps out-of-range integers (``codes[5]`` of 3 codes is the last),
+  which would make a CodeArray iterate forever. Integers index the axes in
+  order, or from the last axis back after an Ellipsis; the walk stops at the
+  first array or boolean index and leaves the rest to jnp.
+  """
+  items = idx if isinstance(idx, tuple) else (idx,)
+  split = next((k for k, i in enumerate(items) if i is Ellipsis), len(items))
+  for seq, axes in ((items[:split], range(len(shape))),
+                    (items[split + 1:][::-1], range(len(shape) - 1, -1, -1))):
+    axes = iter(axes)
+    for item in seq:
+      if item is None:
+        continue
+      if not (_is_int(item) or isinstance(item, slice)):
+        break
+      axis = next(axes, None)
+      if axis is None:
+        raise IndexError(f"too many indices for CodeArray of shape {shape}")
+      n = shape[axis]
+      if _is_int(item) and not -n <= item < n:
+        raise IndexError(f"index {int(item)} is out of bounds for axis {axis} "
+                         f"with size {n}")
 
 
 @jax.tree_util.register_pytree_node_class
@@ -21,8 +54,13 @@ class CodeArray:
   """An array in a narrow format, stored as uint8 bit patterns.
 
   Attributes:
-    codes: uint8 array; the low ``format.bits`` bits of each byte are the code.
+    codes: integer array (uint8 as made by jaxfp8); the low ``format.bits``
+      bits of each element are the code, higher bits are ignored.
     format: the :class:`jaxfp8.formats.Format` of the values.
+
+  Raises:
+    TypeError: if ``codes`` is not an integer array.
+    ValueError: if ``fmt`` is not a narrow format.
 
   >>> import jaxfp8
   >>> y = jaxfp8.encode(jnp.array([0.3, -7.0, 100.0]), "float6_e2m3fn")
@@ -30,13 +68,28 @@ class CodeArray:
   CodeArray(float6_e2m3fn, shape=(3,), values=[0.25 -7 7.5])
   >>> jaxfp8.decode(y)
   Array([ 0.25, -7.  ,  7.5 ], dtype=float32)
+  >>> [float(v.astype(jnp.float32)) for v in y]
+  [0.25, -7.0, 7.5]
   """
 
-  __slots__ = ("codes", "format")
+  # `_source` is the float32 array a traced cast started from (see decode);
+  # it is not a pytree child, so it never leaves the trace that made it.
+  __slots__ = ("codes", "format", "_source")
 
   def __init__(self, codes: Any, fmt: formats.FormatLike):
+    fmt = formats.get(fmt, arg="fmt", fn="CodeArray")
+    if not fmt.narrow:
+      raise ValueError(
+          f"`fmt` argument to `CodeArray` must be a narrow format "
+          f"({', '.join(formats.names(narrow=True))}), got {fmt.name}")
+    if not hasattr(codes, "dtype"):
+      codes = jnp.asarray(codes)
+    if not jnp.issubdtype(codes.dtype, jnp.integer):
+      raise TypeError(f"`codes` argument to `CodeArray` must be an integer "
+                      f"array of bit patterns, got {codes.dtype}")
     self.codes = codes
-    self.format = formats.get(fmt)
+    self.format = fmt
+    self._source = None
 
   def tree_flatten(self):
     return (self.codes,), self.format.name
@@ -45,6 +98,12 @@ class CodeArray:
   def tree_unflatten(cls, name, children):
     obj = object.__new__(cls)
     obj.codes, obj.format = children[0], formats.get(name)
+    obj._source = None
+    return obj
+
+  def _like(self, codes, source) -> "CodeArray":
+    obj = CodeArray(codes, self.format)
+    obj._source = source
     return obj
 
   @property
@@ -70,24 +129,37 @@ class CodeArray:
     return self.size
 
   def __len__(self) -> int:
+    if not self.shape:
+      raise TypeError("len() of unsized object (a 0-d CodeArray)")
     return self.shape[0]
 
+  def __iter__(self) -> Iterator["CodeArray"]:
+    if not self.shape:
+      raise TypeError("iteration over a 0-d CodeArray")
+    return (self[i] for i in range(self.shape[0]))
+
   def __getitem__(self, idx) -> "CodeArray":
-    return CodeArray(self.codes[idx], self.format)
+    _check_bounds(self.shape, idx)
+    source = None if self._source is None else self._source[idx]
+    return self._like(self.codes[idx], source)
 
   def reshape(self, *shape) -> "CodeArray":
-    return CodeArray(self.codes.reshape(*shape), self.format)
+    source = None if self._source is None else self._source.reshape(*shape)
+    return self._like(self.codes.reshape(*shape), source)
 
   @property
   def T(self) -> "CodeArray":  # pylint: disable=invalid-name
-    return CodeArray(self.codes.T, self.format)
+    return self._like(self.codes.T, None if self._source is None
+                      else self._source.T)
 
   def astype(self, dtype) -> jax.Array:
     """Decodes to ``dtype`` (see :func:`decode`)."""
     return decode(self, dtype)
 
   def __array__(self, dtype=None, copy=None):
-    out = np.asarray(self.codes).astype(np.uint8).view(self.format.dtype)
+    codes = np.asarray(np.asarray(self.codes).astype(np.int64)
+                       & _mask(self.format), np.uint8)
+    out = codes.view(self.format.dtype)
     return out if dtype is None else out.astype(dtype)
 
   def __repr__(self) -> str:
@@ -98,33 +170,118 @@ class CodeArray:
     return f"CodeArray({self.format.name}, shape={self.shape}, values={vals})"
 
 
+def _mask(fmt: formats.Format) -> int:
+  return (1 << fmt.bits) - 1
+
+
+# A narrow result's tangent must itself be narrow (JAX's rule), so a gradient
+# through it is rounded into the format, and a CodeArray's uint8 codes carry
+# none. So `cast` records, for traced results, the float32 array it rounded,
+# and `decode` of that result differentiates as the identity in it. Native
+# results are keyed by identity (a tracer takes no attributes) and forgotten
+# when they die; CodeArrays hold theirs in `_source`.
+_SOURCES: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+def remember_source(out: Any, source: Any) -> Any:
+  """Marks ``out``, the cast of the float32 ``source``, for :func:`decode`."""
+  if not isinstance(source, jax.core.Tracer):
+    return out  # concrete: nothing will differentiate it
+  if isinstance(out, CodeArray):
+    out._source = source  # pylint: disable=protected-access
+    return out
+  key, pop = id(out), _SOURCES.pop
+  _SOURCES[key] = (weakref.ref(out, lambda _: pop(key, None)), source)
+  return out
+
+
+def _source_of(x: Any) -> Any:
+  if isinstance(x, CodeArray):
+    return x._source  # pylint: disable=protected-access
+  entry = _SOURCES.get(id(x))
+  return entry[1] if entry is not None and entry[0]() is x else None
+
+
+@jax.custom_jvp
+def _straight_through(source, values):
+  """``values``, differentiated as the identity in ``source`` (0 in values)."""
+  del source
+  return values
+
+
+@_straight_through.defjvp
+def _straight_through_jvp(primals, tangents):
+  source, values = primals
+  return (_straight_through(source, values),
+          tangents[0].astype(values.dtype))
+
+
+def _result_dtype(dtype: Any) -> np.dtype:
+  """``decode``'s wide result dtype: a registered wide format or float64."""
+  if not isinstance(dtype, (str, formats.Format)):
+    try:
+      if np.dtype(dtype) == np.float64:
+        return np.dtype(np.float64)
+    except (TypeError, ValueError):
+      pass
+  fmt = formats.get(dtype, arg="dtype", fn="decode")
+  if fmt.narrow:
+    raise TypeError(
+        f"`dtype` argument to `decode` must be a wide format (bfloat16, "
+        f"float16, float32) or float64, got {fmt.name}; use jaxfp8.cast or "
+        f"jaxfp8.encode to round into a narrow format")
+  return fmt.dtype
+
+
 def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
   """Converts a narrow-format array to a wide dtype, exactly.
+
+  Gradients: ``decode(cast(x, fmt))`` (or of :func:`jaxfp8.encode`, or of a
+  CodeArray result indexed, reshaped or transposed) differentiates as the
+  identity in ``x``, in ``x``'s precision, whatever the format: the gradient
+  goes around the narrow array. Through any other narrow array the tangent
+  is held in the narrow format, as JAX holds it (rounded to nearest;
+  overflow is NaN or Inf as XLA's convert gives), and a CodeArray that did
+  not come from a cast in the same trace (a ``jit`` or ``scan`` boundary lies
+  between) carries no gradient.
 
   Args:
     x: a :class:`CodeArray`, or a JAX/NumPy array of a narrow format
       (``float8_*``, ``float4_e2m1fn``...). Wide arrays pass through ``astype``.
-    dtype: the wide result dtype (float32 by default; bfloat16 and float16
-      round values they can't hold, like any cast).
+    dtype: the wide result dtype: ``bfloat16``, ``float16``, ``float32``
+      (the default; a name, alias, dtype or Format) or a float64 dtype.
+      bfloat16 and float16 round values they can't hold, like any cast.
 
   Returns:
     A ``jax.Array`` of ``dtype``.
 
+  Raises:
+    TypeError: for a non-array ``x``, or a ``dtype`` that is not a wide
+      floating format (a narrow one, an integer type).
+    ValueError: for an unknown format name.
+
   >>> import jaxfp8
   >>> decode(jnp.array([1.5, 500.0]).astype(jnp.float8_e4m3fn))
   Array([1.5, nan], dtype=float32)
+  >>> decode(jnp.array([1.5]).astype(jnp.float8_e4m3fn), "bf16")
+  Array([1.5], dtype=bfloat16)
   """
-  dtype = np.dtype(dtype)
+  dtype = _result_dtype(dtype)
+  source = _source_of(x)
   if isinstance(x, CodeArray):
     table = jnp.asarray(x.format.code_table)
-    return table[x.codes.astype(jnp.int32)].astype(dtype)
-  if not hasattr(x, "dtype"):
+    values = table[x.codes.astype(jnp.int32) & _mask(x.format)].astype(dtype)
+  elif not hasattr(x, "dtype"):
     raise TypeError(f"`x` argument to `decode` must be an array or CodeArray, "
                     f"got {type(x).__name__}")
-  if isinstance(x, np.ndarray) and formats.is_narrow(x.dtype):
-    if not formats.get(x.dtype).native:
-      return decode(encode_numpy(x), dtype)
-  return jnp.asarray(x).astype(dtype)
+  elif (isinstance(x, np.ndarray) and formats.is_narrow(x.dtype)
+        and not formats.get(x.dtype).native):
+    return decode(encode_numpy(x), dtype)
+  else:
+    values = jnp.asarray(x).astype(dtype)
+  if source is None:
+    return values
+  return _straight_through(source, lax.stop_gradient(values))
 
 
 def encode_numpy(x: np.ndarray) -> CodeArray:

@@ -12,6 +12,7 @@ import difflib
 import functools
 import math
 from typing import Any, Union
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -130,7 +131,10 @@ class Format:
       return codes.view(self.dtype).astype(np.float64)
 
   def _code_of(self, x: float) -> int:
-    return int(np.array([x], np.float32).astype(self.dtype).view(np.uint8)[0])
+    # Sub-byte formats are stored one value per byte, so 4 and 6 bits view as
+    # uint8; 16- and 32-bit formats need an unsigned integer of their width.
+    width = np.dtype(f"uint{max(8, self.bits)}")
+    return int(np.array([x], np.float32).astype(self.dtype).view(width)[0])
 
   @property
   def has_inf(self) -> bool:
@@ -208,6 +212,10 @@ class Format:
   def __repr__(self) -> str:
     return f"Format({self.name})"
 
+  def __reduce__(self):
+    # Copies and unpickled Formats are the registry's own (``==`` is ``is``).
+    return get, (self.name,)
+
   def __str__(self) -> str:
     return self.name
 
@@ -251,8 +259,9 @@ def get(fmt: FormatLike, *, arg: str = "fmt", fn: str = "get") -> Format:
   """Looks up a format by name, alias, dtype, scalar type or Format.
 
   Args:
-    fmt: ``"float8_e4m3fn"``, ``"e4m3"``, ``jnp.float8_e4m3fn``, a NumPy dtype
-      or a :class:`Format`.
+    fmt: a registered name or alias (``"float8_e4m3fn"``, ``"e4m3"``,
+      ``"bf16"``, ``"float32"``; see :func:`all_names`), a dtype or scalar type
+      (``jnp.float8_e4m3fn``, ``np.dtype("float16")``) or a :class:`Format`.
     arg: argument name used in error messages.
     fn: function name used in error messages.
 
@@ -260,8 +269,11 @@ def get(fmt: FormatLike, *, arg: str = "fmt", fn: str = "get") -> Format:
     The registered :class:`Format`.
 
   Raises:
-    ValueError: for an unknown name (the message lists the nearest names).
-    TypeError: for a dtype that is not a floating format (int8, say).
+    ValueError: for a string that is not a registered name or alias (the
+      message lists the nearest names). NumPy type codes such as ``"f4"``
+      are not names: pass the dtype itself.
+    TypeError: for a dtype that is not a registered format (int8, say), or
+      something that is not a dtype (None, a list).
 
   >>> get("e5m2").name
   'float8_e5m2'
@@ -279,24 +291,28 @@ def get(fmt: FormatLike, *, arg: str = "fmt", fn: str = "get") -> Format:
     key = fmt.strip().lower()
     if key in _BY_NAME:
       return _BY_NAME[key]
+    close = difflib.get_close_matches(key, all_names(), n=5, cutoff=0.5)
+    hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+    # NumPy's type codes are not format names: "f4" (float32) is a typo for
+    # "fp4" as often as not, so only dtype objects reach NumPy's parser.
     try:
-      dtype = np.dtype(key)
-    except TypeError:
-      dtype = None
-    if dtype is not None and dtype not in _BY_DTYPE:
-      raise TypeError(
-          f"`{arg}` argument to `{fn}` must be a floating format "
-          f"({', '.join(names())}), got {dtype.name}")
-    if dtype is None:
-      close = difflib.get_close_matches(key, all_names(), n=5, cutoff=0.5)
-      hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-      raise ValueError(
-          f"Unknown format {fmt!r} for argument `{arg}` of `{fn}`; {hint}"
-          f"valid names: {', '.join(names())}")
-    return _BY_DTYPE[dtype]
+      with warnings.catch_warnings():  # NumPy 2 deprecates some codes ("a")
+        warnings.simplefilter("ignore")
+        numpy_dtype = np.dtype(key)
+    except (TypeError, ValueError):
+      numpy_dtype = None
+    numpy_hint = (f"({fmt!r} is NumPy's code for {numpy_dtype.name}: pass the "
+                  f"dtype, not a string, to mean that) "
+                  if numpy_dtype in _BY_DTYPE else "")
+    raise ValueError(
+        f"Unknown format {fmt!r} for argument `{arg}` of `{fn}`; {hint}"
+        f"{numpy_hint}valid names: {', '.join(names())}")
+  if fmt is None:
+    raise TypeError(f"`{arg}` argument to `{fn}` must be a format name, dtype "
+                    f"or Format, got None (None is not a format)")
   try:
     dtype = np.dtype(fmt)
-  except TypeError as e:
+  except (TypeError, ValueError) as e:
     raise TypeError(
         f"`{arg}` argument to `{fn}` must be a format name, dtype or Format, "
         f"got {_describe(fmt)}") from e
