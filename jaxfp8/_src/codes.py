@@ -191,7 +191,11 @@ def remember_source(out: Any, source: Any) -> Any:
     out._source = source  # pylint: disable=protected-access
     return out
   key, pop = id(out), _SOURCES.pop
-  _SOURCES[key] = (weakref.ref(out, lambda _: pop(key, None)), source)
+  try:
+    ref = weakref.ref(out, lambda _: pop(key, None))
+  except TypeError:  # an array type without weak references: no shortcut
+    return out
+  _SOURCES[key] = (ref, source)
   return out
 
 
