@@ -224,3 +224,11 @@ def test_narrow_inputs_the_backend_cannot_hold():
     np.testing.assert_allclose(
         np.asarray(jaxfp8.decode(q2)) * float(scale), [1.0, -3.0, 0.5],
         rtol=0.125)
+
+
+def test_current_scaling_quantize_dequantize_is_straight_through():
+  x = jnp.array([1.0, -3.0, 0.7, 2.5])
+  g = jax.grad(lambda x: (P.dequantize(*P.CurrentScaling("e4m3").quantize(x))
+                          * jnp.arange(1.0, 5.0)).sum())(x)
+  # (x / s) * s in float32: the identity up to one rounding.
+  np.testing.assert_allclose(np.asarray(g), [1.0, 2.0, 3.0, 4.0], rtol=1e-6)

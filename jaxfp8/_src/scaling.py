@@ -200,9 +200,12 @@ class CurrentScaling:
     return cls(*aux)
 
   def scale_for(self, x: Any) -> jax.Array:
-    """The scale for ``x``: from ``x``'s own amax."""
-    return compute_scale(amax(x), self.format, margin=self.margin,
-                         power_of_two=self.power_of_two)
+    """The scale for ``x``: from ``x``'s own amax (no gradient flows through
+    it: quantize-dequantize is then a straight-through identity, as in
+    Flax's fp8 ops)."""
+    return jax.lax.stop_gradient(compute_scale(
+        amax(x), self.format, margin=self.margin,
+        power_of_two=self.power_of_two))
 
   def update(self, amax_value: Any) -> CurrentScaling:
     """Current scaling keeps no state: returns ``self``."""
