@@ -402,3 +402,14 @@ def test_integer_path_equals_xla_convert_path(fmt):
   x = jnp.asarray(corner_inputs(fmt))
   via_codes = jaxfp8.decode(jaxfp8.encode(x, fmt))
   assert_same(jaxfp8.cast(x, fmt), np.asarray(via_codes))
+
+
+def test_stochastic_below_the_smallest_bf16_subnormal():
+  # 2^-140 lies below bfloat16's smallest subnormal 2^-133 (and is a float32
+  # subnormal): it rounds up to 2^-133 with probability 2^-7, else to 0.
+  x = jnp.full((1 << 16,), np.float32(2.0**-140))
+  y = jaxfp8.cast(x, jnp.bfloat16, rounding="stochastic",
+                  key=jax.random.key(5))
+  bits = np.asarray(jax.lax.bitcast_convert_type(y, jnp.uint16))
+  assert set(np.unique(bits)) <= {0, 1}
+  assert abs(bits.mean() - 2.0**-7) < 4 * np.sqrt(2.0**-7 / (1 << 16))

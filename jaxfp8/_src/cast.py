@@ -50,6 +50,22 @@ def _classify(bits):
   return mag, (bits >> 31) == 1, mag > inf_bits, mag == inf_bits
 
 
+def _below_grid_threshold(b, fmt: formats.Format):
+  """``2^32 x / min_subnormal`` as uint32, for magnitudes ``x`` (bits ``b``)
+  below the format's smallest subnormal: P(round up) in units of 2^-32.
+
+  When that subnormal is below float32's smallest normal (bfloat16), every
+  such ``x`` is a float32 subnormal, ``b * 2^-149``: the threshold is an
+  integer shift of ``b`` (float arithmetic would overflow the factor, and XLA
+  on CPU flushes subnormal operands). Otherwise one float multiply is exact.
+  """
+  k = -int(np.log2(fmt.min_subnormal))
+  if k > 126:
+    return b << _U32(k + 32 - 149)
+  x = lax.bitcast_convert_type(b, jnp.float32)
+  return (x * np.float32(2.0**(32 + k))).astype(_U32)
+
+
 def _round_magnitude(b, neg, fmt: formats.Format, rounding: str, rand):
   """Rounds float32 magnitudes (bits ``b``, finite) to the format's grid.
 
@@ -69,9 +85,7 @@ def _round_magnitude(b, neg, fmt: formats.Format, rounding: str, rand):
     odd = in_grid & (((lo & one) != 0) | (shift == 23))
     up = (rem > half) | ((rem == half) & odd)
   elif rounding == "stochastic":
-    below = lax.bitcast_convert_type(b, jnp.float32) * np.float32(
-        2.0**32 / fmt.min_subnormal)
-    threshold = jnp.where(in_grid, rem, below.astype(_U32))
+    threshold = jnp.where(in_grid, rem, _below_grid_threshold(b, fmt))
     up = jnp.where(in_grid, rand & (one - 1), rand) < threshold
   elif rounding == "up":
     up = (rem != 0) & ~neg
