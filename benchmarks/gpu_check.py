@@ -135,6 +135,17 @@ def correctness(key):
           name, ops.scaled_matmul(a, b, 0.75, 2.0**-3, out_dtype=F32,
                                   interpret=INTERPRET, precision="highest"),
           f64(a) * 0.75, f64(b) * 2.0**-3, F32))
+  # Scales whose product leaves float32's range while the result does not:
+  # applied in the order that keeps it finite (in-kernel selects).
+  for sa, sb, mag, dt in ((2.0**127, 2.0**2, 2.0**-12, jnp.float8_e5m2),
+                          (2.0**-100, 2.0**-30, 2.0**6, jnp.float8_e4m3fn)):
+    a = (jax.random.normal(next(ks), (64, 256)) * mag).astype(dt)
+    b = (jax.random.normal(next(ks), (48, 256)) * mag).astype(dt)
+    name = f"scaled_matmul scales 2^{int(np.log2(sa))} x 2^{int(np.log2(sb))}"
+    guarded(name, lambda: compare(
+        name, ops.scaled_matmul(a, b, sa, sb, out_dtype=F32,
+                                interpret=INTERPRET),
+        f64(a) * sa, f64(b) * sb, F32))
   a = fp8_operand(next(ks), (300, 256), jnp.float8_e4m3fn)
   b = fp8_operand(next(ks), (200, 256), jnp.float8_e5m2)
   guarded("scaled_matmul mixed e4m3 x e5m2", lambda: compare(
