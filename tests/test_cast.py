@@ -413,3 +413,38 @@ def test_stochastic_below_the_smallest_bf16_subnormal():
   bits = np.asarray(jax.lax.bitcast_convert_type(y, jnp.uint16))
   assert set(np.unique(bits)) <= {0, 1}
   assert abs(bits.mean() - 2.0**-7) < 4 * np.sqrt(2.0**-7 / (1 << 16))
+
+
+def test_codes_kept_from_an_eager_grad_stay_usable():
+  import copy  # pylint: disable=g-import-not-at-top
+  import pickle  # pylint: disable=g-import-not-at-top
+  kept = []
+
+  def loss(x):
+    y = jaxfp8.encode(x, "e4m3")
+    kept.append(y)
+    return jaxfp8.decode(y).sum()
+
+  jax.grad(loss)(jnp.array([0.3, -1.2, 2.5]))
+  y = kept[0]
+  # Eager grad hands back concrete codes; their traced source is dropped
+  # once its trace is over, so indexing, iterating, reshaping, decoding,
+  # copying and pickling work after the grad. (Inside a later jit, JAX's own
+  # rule applies: a value leaked from a transformation by a side effect
+  # raises UnexpectedTracerError.)
+  assert float(y[0].astype(jnp.float32)) == 0.3125 and len(list(y)) == 3
+  assert y.reshape(3, 1).shape == (3, 1) and y.T.shape == (3,)
+  np.testing.assert_array_equal(np.asarray(jaxfp8.decode(y)),
+                                [0.3125, -1.25, 2.5])
+  back = pickle.loads(pickle.dumps(y))
+  np.testing.assert_array_equal(np.asarray(back.codes), np.asarray(y.codes))
+  assert copy.deepcopy(y).format is y.format
+
+
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype float64")
+def test_decode_to_float64_by_name():
+  x = jnp.array([1.5], jnp.float8_e4m3fn)
+  for name in ("float64", "f64", np.float64):
+    assert jaxfp8.decode(x, name).dtype == jnp.zeros((), np.float64).dtype
+  with pytest.raises(TypeError, match="floating format"):
+    jaxfp8.formats.get("int32")

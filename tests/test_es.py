@@ -300,3 +300,14 @@ def test_openai_es_errors():
     with pytest.raises(err, match=f"`{arg}` argument to `OpenAIES`"):
       es.OpenAIES(8, optax.adam(0.1), **kwargs)
   assert es.OpenAIES(8, optax.adam(0.1), sigma=jnp.float32(0.5)).sigma == 0.5
+
+
+def test_openai_es_settings_may_be_traced():
+  def run(decay):
+    opt = es.OpenAIES(8, optax.adam(0.1), sigma=0.1, dtype="e4m3",
+                      sigma_decay=decay)
+    state = opt.init(jnp.ones(4))
+    eps = opt.ask(jax.random.key(0), state)
+    return opt.tell(state, eps, jnp.arange(8.0)).sigma
+  np.testing.assert_allclose(np.asarray(jax.vmap(run)(jnp.array([0.9, 0.5]))),
+                             [0.09, 0.05], rtol=1e-6)

@@ -390,7 +390,7 @@ def test_unknown_options():
      "right"),
     (lambda m: R.weibull_min(K, np.inf, 2.0, (8,), "e4m3", method=m),
      "scale"),
-    (lambda m: R.uniform(K, (2,), "e4m3", 0.0, jnp.array([1.0, np.inf]),
+    (lambda m: R.uniform(K, (2,), "e4m3", 0.0, np.array([1.0, np.inf]),
                          method=m), "maxval"),
 ])
 @pytest.mark.parametrize("method", [None, "exact", "table", "cast"])
@@ -450,3 +450,13 @@ def test_ball_with_traced_p_and_bernoulli_mode():
       np.asarray(R.ball(K, 3, 2.0, (2,), "e4m3").astype(np.float32)))
   with pytest.raises(ValueError, match="`mode` argument to `bernoulli`"):
     R.bernoulli(K, 0.5, (3,), mode="bogus")
+
+
+def test_unsigned_format_with_traced_or_array_lower_bound():
+  e8m0 = "float8_e8m0fnu"
+  want = np.asarray(R.uniform(K, (3,), e8m0, 0.5, 2.0).astype(np.float32))
+  got = jax.jit(lambda m: R.uniform(K, (3,), e8m0, m, 2.0))(0.5)
+  np.testing.assert_array_equal(np.asarray(got.astype(np.float32)), want)
+  R.uniform(K, (3,), e8m0, jnp.full((3,), 0.5), 2.0)  # all >= 0: fine
+  with pytest.raises(ValueError, match="unsigned"):
+    R.uniform(K, (3,), e8m0, jnp.array([0.5, -1.0, 0.5]), 2.0)

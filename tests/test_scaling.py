@@ -232,3 +232,9 @@ def test_current_scaling_quantize_dequantize_is_straight_through():
                           * jnp.arange(1.0, 5.0)).sum())(x)
   # (x / s) * s in float32: the identity up to one rounding.
   np.testing.assert_allclose(np.asarray(g), [1.0, 2.0, 3.0, 4.0], rtol=1e-6)
+
+
+def test_subnormal_amax_keeps_previous_eager_and_jit():
+  a = jnp.float32(1e-38)  # a float32 subnormal
+  f = lambda a: P.compute_scale(a, "e4m3", previous=7.0)
+  assert float(f(a)) == 7.0 and float(jax.jit(f)(a)) == 7.0

@@ -101,10 +101,20 @@ class CodeArray:
     obj._source = None
     return obj
 
-  def _like(self, codes, source) -> "CodeArray":
+  def _like(self, codes, derive) -> "CodeArray":
+    """A CodeArray of ``codes`` whose source is ``derive(self._source)``.
+
+    Eager ``grad`` hands back concrete codes for a cast it traced (their
+    tangent is float0), so a CodeArray can outlive the trace of its source;
+    a dead source is dropped, never used.
+    """
     obj = CodeArray(codes, self.format)
-    obj._source = source
+    obj._source = _live(derive, self._source)
     return obj
+
+  def __reduce__(self):
+    # Codes and format only: a traced source never leaves its trace.
+    return CodeArray, (self.codes, self.format.name)
 
   @property
   def shape(self) -> tuple[int, ...]:
@@ -140,17 +150,14 @@ class CodeArray:
 
   def __getitem__(self, idx) -> "CodeArray":
     _check_bounds(self.shape, idx)
-    source = None if self._source is None else self._source[idx]
-    return self._like(self.codes[idx], source)
+    return self._like(self.codes[idx], lambda s: s[idx])
 
   def reshape(self, *shape) -> "CodeArray":
-    source = None if self._source is None else self._source.reshape(*shape)
-    return self._like(self.codes.reshape(*shape), source)
+    return self._like(self.codes.reshape(*shape), lambda s: s.reshape(*shape))
 
   @property
   def T(self) -> "CodeArray":  # pylint: disable=invalid-name
-    return self._like(self.codes.T, None if self._source is None
-                      else self._source.T)
+    return self._like(self.codes.T, lambda s: s.T)
 
   def astype(self, dtype) -> jax.Array:
     """Decodes to ``dtype`` (see :func:`decode`)."""
@@ -199,6 +206,16 @@ def remember_source(out: Any, source: Any) -> Any:
   return out
 
 
+def _live(fn: Any, source: Any) -> Any:
+  """``fn(source)``, or None when there is no source or its trace is over."""
+  if source is None:
+    return None
+  try:
+    return fn(source)
+  except jax.errors.UnexpectedTracerError:
+    return None
+
+
 def _source_of(x: Any) -> Any:
   if isinstance(x, CodeArray):
     return x._source  # pylint: disable=protected-access
@@ -222,9 +239,9 @@ def _straight_through_jvp(primals, tangents):
 
 def _result_dtype(dtype: Any) -> np.dtype:
   """``decode``'s wide result dtype: a registered wide format or float64."""
-  if not isinstance(dtype, (str, formats.Format)):
-    try:
-      if np.dtype(dtype) == np.float64:
+  if not isinstance(dtype, formats.Format):
+    try:  # float64 (a dtype, or its names "float64" / "f64")
+      if dtype in ("f64",) or np.dtype(dtype) == np.float64:
         return np.dtype(np.float64)
     except (TypeError, ValueError):
       pass
@@ -283,9 +300,9 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
     return decode(encode_numpy(x), dtype)
   else:
     values = jnp.asarray(x).astype(dtype)
-  if source is None:
-    return values
-  return _straight_through(source, lax.stop_gradient(values))
+  out = _live(lambda s: _straight_through(s, lax.stop_gradient(values)),
+              source)
+  return values if out is None else out
 
 
 def encode_numpy(x: np.ndarray) -> CodeArray:

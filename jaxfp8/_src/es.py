@@ -347,6 +347,8 @@ class OpenAIES:
     for arg, lo, strict in (("sigma", 0.0, True), ("sigma_decay", 0.0, True),
                             ("sigma_min", 0.0, False)):
       v = getattr(self, arg)
+      if isinstance(v, jax.core.Tracer):
+        continue  # traced (jit, vmap over settings): checked by nobody
       try:  # Python and NumPy numbers, 0-d arrays
         if isinstance(v, (bool, str)) or np.ndim(v) != 0:
           raise TypeError

@@ -304,6 +304,12 @@ def get(fmt: FormatLike, *, arg: str = "fmt", fn: str = "get") -> Format:
     numpy_hint = (f"({fmt!r} is NumPy's code for {numpy_dtype.name}: pass the "
                   f"dtype, not a string, to mean that) "
                   if numpy_dtype in _BY_DTYPE else "")
+    if numpy_dtype is not None and numpy_dtype.name == key:
+      # A real dtype's full name ("float64", "int32"): the wrong kind of
+      # type, as the dtype object itself would be.
+      raise TypeError(
+          f"`{arg}` argument to `{fn}` must be a floating format "
+          f"({', '.join(names())}), got {key}")
     raise ValueError(
         f"Unknown format {fmt!r} for argument `{arg}` of `{fn}`; {hint}"
         f"{numpy_hint}valid names: {', '.join(names())}")

@@ -60,9 +60,15 @@ def check_key(key: Any, fn: str) -> jax.Array:
 def check_finite(params: dict[str, Any], fn: str,
                  allow_inf: tuple[str, ...] = ()) -> None:
   """ValueError naming the parameter when a concrete one holds NaN or (unless
-  allowed) an infinity: the samples would be NaN or meaningless."""
+  allowed) an infinity: the samples would be NaN or meaningless.
+
+  Python numbers, NumPy values and 0-d arrays are checked; device arrays
+  with elements are not (that would be a device-to-host copy per call).
+  """
   for arg, v in params.items():
-    a = _concrete_array(v)
+    if isinstance(v, jax.Array) and v.ndim:
+      continue
+    a = concrete_array(v)
     if a is None:
       continue
     bad = np.isnan(a) if arg in allow_inf else ~np.isfinite(a)
@@ -108,7 +114,7 @@ def concrete_scalar(x: Any) -> float | None:
     return None
 
 
-def _concrete_array(x: Any) -> np.ndarray | None:
+def concrete_array(x: Any) -> np.ndarray | None:
   """A concrete parameter as float64 NumPy (narrow decoded), else None."""
   if isinstance(x, CodeArray):
     x = x.codes if isinstance(x.codes, jax.core.Tracer) else np.asarray(x)
@@ -123,7 +129,7 @@ def _concrete_array(x: Any) -> np.ndarray | None:
 def check_positive_array(x: Any, arg: str, fn: str,
                          allow_zero: bool = False) -> None:
   """ValueError if any element of a concrete parameter is not positive."""
-  a = _concrete_array(x)
+  a = concrete_array(x)
   if a is None:
     return
   ok = a >= 0 if allow_zero else a > 0
@@ -137,7 +143,7 @@ def check_array_less(lo: Any, hi: Any, lo_arg: str, hi_arg: str,
                      fn: str, or_equal: bool = False) -> None:
   """ValueError unless ``lo < hi`` (``<=`` with ``or_equal``) element-wise;
   checked when both are concrete (traced parameters are not checked)."""
-  a, b = _concrete_array(lo), _concrete_array(hi)
+  a, b = concrete_array(lo), concrete_array(hi)
   if a is None or b is None:
     return
   ok = a <= b if or_equal else a < b

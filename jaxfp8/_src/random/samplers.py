@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxfp8._src import formats
 from jaxfp8._src import validate
@@ -76,7 +77,7 @@ def _draw(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
   key = validate.check_single_key(key, fn)
   common.check_finite(params, fn, allow_inf=_MAY_BE_INFINITE.get(fn, ()))
   scalars = {k: common.concrete_scalar(v) for k, v in params.items()}
-  _check_sign(fn, fmt, scalars)
+  _check_sign(fn, fmt, params)
   if table_bits is not None:
     table_bits = table_method.check_bits(table_bits, fn)
   chosen = _resolve_method(method, rounding, scalars, fmt, fn)
@@ -105,15 +106,17 @@ _POSITIVE_IF = {"uniform": "minval", "triangular": "left",
                 "truncated_normal": "lower"}
 
 
-def _check_sign(fn: str, fmt: formats.Format, scalars: dict[str, Any]):
+def _check_sign(fn: str, fmt: formats.Format, params: dict[str, Any]):
   """ValueError for draws that can be negative in an unsigned format (E8M0:
   no sign, no zero): they would come back as NaN."""
   if fmt.signed or fn in _POSITIVE_DRAWS:
     return
   arg = _POSITIVE_IF.get(fn)
-  if arg is not None and scalars.get(arg) is not None and scalars[arg] >= 0:
-    return
-  cond = (f" unless `{arg}` is a concrete value >= 0" if arg else "")
+  if arg is not None and arg in params:
+    lower = common.concrete_array(params[arg])
+    if lower is None or np.all(lower >= 0):  # traced: not checked
+      return
+  cond = (f" unless `{arg}` is >= 0" if arg else "")
   raise ValueError(
       f"`dtype` argument to `{fn}` is {fmt.name}, an unsigned scale format "
       f"(powers of two, no zero, no sign), and `{fn}` draws values <= 0"
