@@ -99,12 +99,19 @@ def test_integer_dtype_is_type_error():
     formats.get(np.dtype("int32"))
 
 
-@pytest.mark.parametrize("code", ["f4", "e", "f8", "f2", "d", "<f4", "int32",
-                                  "float64", "u1", "b"])
+@pytest.mark.parametrize("code", ["f4", "e", "f8", "f2", "d", "<f4", "u1",
+                                  "b"])
 def test_numpy_type_codes_are_not_format_names(code):
   """Only the registry's names and aliases are names: "f4" is not float32."""
   with pytest.raises(ValueError, match=f"Unknown format '{code}'"):
     formats.get(code)
+
+
+@pytest.mark.parametrize("name", ["int32", "float64", "uint8"])
+def test_full_dtype_names_of_other_types(name):
+  """A real dtype's full name is the wrong kind of type, as the dtype is."""
+  with pytest.raises(TypeError, match=f"floating format.*got {name}"):
+    formats.get(name)
 
 
 def test_numpy_code_of_a_format_is_explained():
