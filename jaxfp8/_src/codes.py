@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 
 
@@ -192,7 +193,7 @@ _SOURCES: dict[int, tuple[weakref.ref, Any]] = {}
 
 def remember_source(out: Any, source: Any) -> Any:
   """Marks ``out``, the cast of the float32 ``source``, for :func:`decode`."""
-  if not isinstance(source, jax.core.Tracer):
+  if not isinstance(source, compat.Tracer):
     return out  # concrete: nothing will differentiate it
   if isinstance(out, CodeArray):
     out._source = source  # pylint: disable=protected-access

@@ -12,6 +12,13 @@ import numpy as np
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
+# The class of traced values (isinstance checks only). jax.core keeps it
+# public today; JAX has been moving jax.core's names elsewhere.
+try:
+  Tracer = jax.core.Tracer
+except AttributeError:  # pragma: no cover - a JAX that dropped it
+  from jax._src.core import Tracer  # pylint: disable=g-import-not-at-top
+
 
 def get_constant_handler(type_):
   """Returns JAX's MLIR constant handler for ``type_`` (None if absent)."""

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.cast import ROUNDINGS
@@ -347,7 +348,7 @@ class OpenAIES:
     for arg, lo, strict in (("sigma", 0.0, True), ("sigma_decay", 0.0, True),
                             ("sigma_min", 0.0, False)):
       v = getattr(self, arg)
-      if isinstance(v, jax.core.Tracer):
+      if isinstance(v, compat.Tracer):
         continue  # traced (jit, vmap over settings): checked by nobody
       try:  # Python and NumPy numbers, 0-d arrays
         if isinstance(v, (bool, str)) or np.ndim(v) != 0:

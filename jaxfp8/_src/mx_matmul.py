@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import mx as _mx
 from jaxfp8._src import mx_pack
 from jaxfp8._src import validate
@@ -158,7 +159,7 @@ def _check_tensor_scale(tensor_scale, mx, shape: tuple[int, ...], ax: int):
     raise ValueError(f"`tensor_scale` argument to `{fn}` must be a scalar or "
                      f"have the leading (batch) axes of `elements` {shape} "
                      f"before the blocked axis {ax}, got shape {ts_shape}")
-  if not isinstance(tensor_scale, jax.core.Tracer):
+  if not isinstance(tensor_scale, compat.Tracer):
     v = np.asarray(tensor_scale).astype(np.float64)
     mant, exp = np.frexp(v)
     ok = np.isfinite(v) & (mant == 0.5) & (exp >= -125) & (exp <= 128)

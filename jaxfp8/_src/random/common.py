@@ -97,12 +97,12 @@ def concrete_scalar(x: Any) -> float | None:
   Narrow arrays are decoded exactly; Python numbers and float64 NumPy scalars
   keep their full precision (the exact law uses them as given).
   """
-  if isinstance(x, jax.core.Tracer):
+  if isinstance(x, compat.Tracer):
     return None
   if isinstance(x, (int, float, bool, np.integer, np.floating)):
     return float(x)
   if isinstance(x, CodeArray):
-    if x.ndim or isinstance(x.codes, jax.core.Tracer):
+    if x.ndim or isinstance(x.codes, compat.Tracer):
       return None
     return float(np.asarray(x).astype(np.float64))
   arr = getattr(x, "ndim", None)
@@ -117,8 +117,8 @@ def concrete_scalar(x: Any) -> float | None:
 def concrete_array(x: Any) -> np.ndarray | None:
   """A concrete parameter as float64 NumPy (narrow decoded), else None."""
   if isinstance(x, CodeArray):
-    x = x.codes if isinstance(x.codes, jax.core.Tracer) else np.asarray(x)
-  if isinstance(x, jax.core.Tracer):
+    x = x.codes if isinstance(x.codes, compat.Tracer) else np.asarray(x)
+  if isinstance(x, compat.Tracer):
     return None
   try:
     return np.asarray(x).astype(np.float64)
