@@ -365,3 +365,30 @@ def test_dequantize_dtype_errors():
     a.dequantize(jnp.int8)
   assert a.dequantize("e4m3").dtype == jnp.float8_e4m3fn
   assert a.dequantize(None).dtype == jnp.float32
+
+
+def test_scaled_dot_mxint8_keeps_tiny_and_huge_results():
+  # Tiny: a row of small scales keeps its codes (no early flush).
+  a = mx.quantize(jnp.full((1, 32), 2.0**-8), "mxfp8_e4m3")
+  b = mx.quantize(jnp.full((32, 1), 2.0**-120), "mxint8", axis=0)
+  assert float(mx.matmul(a, b, method="scaled_dot")[0, 0]) == 32 * 2.0**-128
+  # Huge: a row of large scales folds 2^-6 in (no early overflow).
+  qa = mx.quantize(jnp.full((2, 32), 1.5 * 2.0**100), "mxint8")
+  qb = mx.quantize(jnp.full((32, 2), 2.0**20), "mxfp8_e4m3", axis=0)
+  np.testing.assert_array_equal(np.asarray(mx.matmul(qa, qb, method="scaled_dot")),
+                                np.asarray(mx.matmul(qa, qb)))
+
+
+def test_from_scaled_integer_and_per_row_tensor_scales():
+  e, s = mx.to_scaled(mx.quantize(jnp.ones(16), "nvfp4"))
+  for v in (np.int64(2**31), np.int64(2**40), 2**40, 2**127, 4):
+    got = float(mx.from_scaled(e, s, "nvfp4", tensor_scale=v).tensor_scale)
+    assert got == float(v), v
+  x = jnp.arange(128.0).reshape(4, 32)
+  e, s = mx.to_scaled(mx.quantize(x, "nvfp4"))
+  a = mx.from_scaled(e, s, "nvfp4", tensor_scale=jnp.array([1., 2., 4., 8.]))
+  b = mx.quantize(jnp.ones((32, 3)), "nvfp4", axis=0)
+  want = mx.matmul(a, b)
+  got = mx.matmul(a, b, method="scaled_dot")
+  assert got.shape == want.shape == (4, 3)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -147,6 +147,9 @@ def _check_tensor_scale(tensor_scale, mx, shape: tuple[int, ...], ax: int):
   if tensor_scale is None:
     return jnp.float32(1.0)
   validate.check_array(tensor_scale, "tensor_scale", fn)
+  if isinstance(tensor_scale, (int, np.integer)) and not isinstance(
+      tensor_scale, (bool, np.bool_)):
+    tensor_scale = float(tensor_scale)  # exact for powers of two to 2^127
   dtype = (np.dtype(tensor_scale.dtype) if hasattr(tensor_scale, "dtype")
            else np.asarray(tensor_scale).dtype)
   if dtype == np.bool_ or not (jnp.issubdtype(dtype, jnp.floating)
@@ -168,7 +171,8 @@ def _check_tensor_scale(tensor_scale, mx, shape: tuple[int, ...], ax: int):
       raise ValueError(f"`tensor_scale` argument to `{fn}` must be a positive "
                        f"power of two in float32's normal range (2^-126 to "
                        f"2^127), got {float(bad)!r}")
-  return jnp.asarray(tensor_scale).astype(jnp.float32)
+    return jnp.asarray(v.astype(np.float32))  # on the host: no int32 detour
+  return tensor_scale.astype(jnp.float32)
 
 
 def _check_operand(x, name: str, blocked_axis: int):
@@ -234,14 +238,14 @@ def _int8_scale_shift(elements, codes, axis: int):
 
   ``scaled_dot`` reads mxint8 elements as integers, 64 times their value;
   correcting the product afterwards would overflow it six binades early.
-  Each row (``axis`` is the blocked axis) has its codes lowered by
+  A row (``axis`` is the blocked axis) with a block scale >= 1 (the only
+  rows whose products can overflow early) has its codes lowered by
   ``t <= 6`` and the rest, 2^(t - 6), is returned as the factor of that
-  row of the product (a column when ``axis`` is -2). ``t`` keeps every
-  block holding a nonzero element at code >= 1: code 0 (2^-127) is
-  subnormal in the bfloat16 that ``scaled_dot``'s CPU decomposition
-  multiplies in, and flushes to zero.
-  Only power-of-two factors move, so products in float32's normal range are
-  bit-identical to correcting afterwards.
+  row of the product (a column when ``axis`` is -2); other rows keep their
+  codes (``t = 0``: the whole 2^-6 after the product, so their tiny
+  products don't flush). ``t`` keeps every block holding a nonzero element
+  at code >= 1: code 0 (2^-127) is subnormal in the bfloat16 that
+  ``scaled_dot``'s CPU decomposition multiplies in, and flushes to zero.
   """
   e = jnp.moveaxis(elements, axis, -1)
   c = jnp.moveaxis(codes, axis, -1).astype(jnp.int32)
@@ -249,6 +253,10 @@ def _int8_scale_shift(elements, codes, axis: int):
   live = nonzero & (c != 255)  # NaN blocks decode to NaN at any code
   t = jnp.clip(jnp.min(jnp.where(live, c, 255), axis=-1, initial=255) - 1,
                0, 6)
+  # Only rows with a block scale >= 1 can overflow early; lowering the codes
+  # of rows of small scales would instead flush products near 2^-126.
+  big = jnp.max(jnp.where(live, c, 0), axis=-1, initial=0) >= 127
+  t = jnp.where(big, t, 0)
   c = jnp.where(c == 255, c, jnp.maximum(c - t[..., None], 0))
   codes = jnp.moveaxis(c.astype(jnp.uint8), -1, axis)
   factor = lax.bitcast_convert_type(((t + 121) << 23).astype(jnp.uint32),
@@ -282,7 +290,8 @@ def _scaled_dot(a, b, preferred_element_type):
     if f is not None:
       out = out * f
     if not x.fmt.power_of_two_scales:
-      # Under vmap the tensor scale has the batch axes: (B,) against (B, M, N).
+      # Its axes are the operand's leading ones: batch axes (under vmap),
+      # and for `a` its rows too; they lead the product's axes as well.
       ts = jnp.asarray(x.tensor_scale)
-      out = out * ts.reshape(ts.shape + (1, 1))
+      out = out * ts.reshape(ts.shape + (1,) * (out.ndim - ts.ndim))
   return out.astype(preferred_element_type)
