@@ -281,12 +281,12 @@ def _check_pair(a: Any, b: Any, fn: str) -> None:
       raise ValueError(
           f"`{arg}` argument to `{fn}` must be blocked along K, its last axis "
           f"(quantize with axis=-1), got axis={x.axis + x.ndim}")
-  if a.shape[1] != b.shape[1] or a.data.shape[1] != b.data.shape[1]:
-    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
-                     f"(their last axis): got shapes {a.shape} and {b.shape}")
   if a.block_size != b.block_size:
     raise ValueError(f"`a` and `b` arguments to `{fn}` must share a block "
                      f"size, got {a.block_size} and {b.block_size}")
+  if a.shape[1] != b.shape[1] or a.data.shape[1] != b.data.shape[1]:
+    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
+                     f"(their last axis): got shapes {a.shape} and {b.shape}")
 
 
 def mx_matmul(a: mx_lib.MXArray, b: mx_lib.MXArray, *,
