@@ -1,6 +1,7 @@
 """Argument checks shared by the public functions: plain Python, before jit."""
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Sequence
 
@@ -19,22 +20,28 @@ def check_array(x: Any, arg: str, fn: str) -> None:
                   f"got {type(x).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _raw_key_shape(impl: Any) -> tuple[int, ...]:
+  """Trailing shape of a raw key of the default PRNG implementation (``impl``
+  is its name, the cache key): (2,) for threefry, (4,) for rbg."""
+  del impl
+  return tuple(jax.eval_shape(
+      lambda: jax.random.key_data(jax.random.key(0))).shape)
+
+
 def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
   """Returns ``key`` if it is a typed PRNG key or a raw uint32 key array."""
   if isinstance(key, (jax.Array, np.ndarray)):
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
       return key
     if key.dtype == np.uint32 and key.ndim >= 1:
-      try:  # the default implementation's key shape: (2,) for threefry
-        jax.random.wrap_key_data(key)
-      except (TypeError, ValueError) as e:
-        want = jax.eval_shape(lambda: jax.random.key_data(
-            jax.random.key(0))).shape
+      want = _raw_key_shape(getattr(jax.config, "jax_default_prng_impl", None))
+      if tuple(key.shape[-len(want):]) != want:
         raise TypeError(
             f"`{arg}` argument to `{fn}` is a raw uint32 key of shape "
             f"{key.shape}; the default PRNG implementation reads raw keys of "
             f"shape (..., {', '.join(map(str, want))}). Pass a typed key "
-            "(jax.random.key) instead") from e
+            "(jax.random.key) instead")
       return jnp.asarray(key)
   raise TypeError(
       f"`{arg}` argument to `{fn}` must be a PRNG key (jax.random.key or "
