@@ -306,6 +306,14 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
   return values if out is None else out
 
 
+def as_float32(x: Any) -> jax.Array:
+  """``x`` as a float32 jax.Array; narrow values (CodeArrays, native narrow
+  arrays, NumPy arrays of formats XLA can't hold) are decoded exactly."""
+  if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
+    return decode(x, jnp.float32)
+  return jnp.asarray(x).astype(jnp.float32)
+
+
 def encode_numpy(x: np.ndarray) -> CodeArray:
   """Wraps a NumPy array of a narrow dtype (float6 say) as a CodeArray."""
   fmt = formats.get(x.dtype)

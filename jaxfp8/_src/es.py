@@ -27,8 +27,8 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.cast import ROUNDINGS
 from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
-from jaxfp8._src.codes import decode
 
 Population = Any  # jax.Array (float or native narrow) or jaxfp8.CodeArray
 
@@ -74,12 +74,6 @@ def _check_method(method: str | None, fmt: formats.Format, fn: str):
   if method is not None:
     validate.check_choice(method, config.METHODS, "method", fn)
   return (method, config.get_default_method())
-
-
-def _to_float32(x: Any) -> jax.Array:
-  if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
-    return decode(x, jnp.float32)
-  return jnp.asarray(x).astype(jnp.float32)
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -177,7 +171,7 @@ def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
   key_eps, key_round = jax.random.split(key)
   eps = _perturbations_jit(key_eps, popsize, mean.shape, fmt_name, antithetic,
                            method_key)
-  x = mean + sigma * _to_float32(eps)
+  x = mean + sigma * as_float32(eps)
   if not fmt.narrow:
     return x.astype(fmt.dtype)
   if rounding == "nearest" and fmt.native:
@@ -240,7 +234,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
                      f"wide dtype {fmt.name}, got {rounding!r}")
   validate.check_array(mean, "mean", fn)
   validate.check_array(sigma, "sigma", fn)
-  mean, sigma = _to_float32(mean), _to_float32(sigma)
+  mean, sigma = as_float32(mean), as_float32(sigma)
   if not _broadcasts_to(sigma.shape, mean.shape):
     raise ValueError(f"`sigma` argument to `{fn}` must broadcast to the mean's "
                      f"shape {mean.shape}, got shape {sigma.shape}")
@@ -375,7 +369,7 @@ class OpenAIES:
 
   def candidates(self, state: ESState, population: Population) -> jax.Array:
     """The candidates ``mean + sigma * eps`` in float32 (rows, or one row)."""
-    return state.mean + state.sigma * _to_float32(population)
+    return state.mean + state.sigma * as_float32(population)
 
   def tell(self, state: ESState, population: Population,
            fitness: Any) -> ESState:
@@ -394,7 +388,7 @@ class OpenAIES:
     if self.antithetic:  # eps[h + i] == -eps[i] exactly
       h = self.popsize // 2
       w, eps = w[:h] - w[h:], population[:h]
-    ascent = jnp.tensordot(w, _to_float32(eps), axes=1)
+    ascent = jnp.tensordot(w, as_float32(eps), axes=1)
     grad = -ascent / (self.popsize * state.sigma)
     updates, opt_state = self.optimizer.update(grad, state.opt_state,
                                                state.mean)

@@ -30,6 +30,7 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src import formats
+from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
 from jaxfp8._src.kernels import scaled_matmul as kernels_scaled_matmul
@@ -37,7 +38,6 @@ from jaxfp8._src import scaling
 from jaxfp8._src.scaling import _quantize_raw
 from jaxfp8._src.cast import _cast_jit
 from jaxfp8._src.scaling import amax
-from jaxfp8._src.scaling import as_float32
 from jaxfp8._src.scaling import CurrentScaling
 from jaxfp8._src.scaling import DelayedScaling
 

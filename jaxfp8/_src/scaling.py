@@ -33,6 +33,7 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.cast import _cast_jit
 from jaxfp8._src.cast import cast
+from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
 
@@ -44,16 +45,6 @@ REDUCTIONS: tuple[str, ...] = ("max", "most_recent", "mean")
 _MIN_SCALE = float(np.finfo(np.float32).tiny)
 _MAX_SCALE = float(np.finfo(np.float32).max)
 _MAX_MARGIN = 126
-
-
-def as_float32(x: Any) -> jax.Array:
-  """``x`` as a float32 jax.Array; narrow values (CodeArrays, and NumPy
-  arrays of formats XLA can't hold) are decoded exactly."""
-  if isinstance(x, CodeArray):
-    return decode(x, jnp.float32)
-  if isinstance(x, np.ndarray) and formats.is_narrow(x.dtype):
-    return jnp.asarray(x.astype(np.float32))  # exact, on the host
-  return jnp.asarray(x).astype(jnp.float32)
 
 
 def signed_format(fmt: Any, arg: str, fn: str) -> formats.Format:
