@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 import jaxfp8
-from jaxfp8._src.bench._timing import median_seconds
+from jaxfp8.tools.timing import median_seconds
 
 
 def make_task(key, n_points: int, noise: float = 0.2):

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from jaxfp8._src import cli
-from jaxfp8._src.bench import _timing
+from jaxfp8.tools import cli
+from jaxfp8.tools import options
+from jaxfp8.tools import timing
 
 # (arguments, the option the one-line error must name, a word of the reason)
 BAD_BENCH_OPTIONS = [
@@ -76,7 +77,7 @@ def test_bench_without_a_suite_or_with_an_unknown_one(capsys):
 
 
 def test_int_at_least():
-  parse = cli.int_at_least(2)
+  parse = options.int_at_least(2)
   assert parse("2") == 2
   for text in ("1", "-3", "2.5", "two"):
     with pytest.raises(argparse.ArgumentTypeError, match=f"got '{text}'"):
@@ -85,11 +86,11 @@ def test_int_at_least():
 
 def test_timing_needs_a_repeat():
   with pytest.raises(ValueError, match="`repeats` argument to `median_seconds`"):
-    _timing.median_seconds(lambda: 0, repeats=0)
+    timing.median_seconds(lambda: 0, repeats=0)
   with pytest.raises(ValueError, match="`repeats` argument to `interleaved"):
-    _timing.interleaved_medians({"f": lambda: 0}, repeats=0)
+    timing.interleaved_medians({"f": lambda: 0}, repeats=0)
   with pytest.raises(ValueError, match="`fns` argument"):
-    _timing.interleaved_medians({}, repeats=1)
+    timing.interleaved_medians({}, repeats=1)
 
 
 def test_bench_mx_smallest_size(capsys):

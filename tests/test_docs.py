@@ -1,7 +1,7 @@
 """Generated docs pages are up to date with the code."""
 import os
 
-from jaxfp8._src import docgen
+from jaxfp8.tools import docgen
 
 DOCS = os.path.join(os.path.dirname(__file__), os.pardir, "docs")
 

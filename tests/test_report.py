@@ -10,14 +10,14 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
-from jaxfp8._src import cli
+from jaxfp8.tools import cli
 from jaxfp8._src import compat
 from jaxfp8._src import laws
-from jaxfp8._src import report
-from jaxfp8._src import report_laws
-from jaxfp8._src import report_plots
-from jaxfp8._src import report_run
-from jaxfp8._src import report_worker
+from jaxfp8.tools import report
+from jaxfp8.tools.report import laws as report_laws
+from jaxfp8.tools.report import plots as report_plots
+from jaxfp8.tools.report import run as report_run
+from jaxfp8.tools.report import worker as report_worker
 
 NARROW = formats.names(narrow=True)
 SIGNED = [f.name for f in formats.all_formats(narrow=True) if f.signed]

@@ -182,6 +182,53 @@ def _mask(fmt: formats.Format) -> int:
   return (1 << fmt.bits) - 1
 
 
+def values_of_codes(codes: jax.Array, fmt: formats.FormatLike,
+                    dtype: Any = jnp.float32) -> jax.Array:
+  """The one decoder of codes into values: the exact values of ``codes``.
+
+  Bits above ``fmt.bits`` are ignored. 8-bit formats are bitcast; narrower
+  ones (float6, float4: no NaN, no Inf) are assembled from their exponent and
+  mantissa fields in integer arithmetic, exact under XLA's flushing of
+  float32 subnormals. ``dtype`` is float32 (default) or any wider dtype.
+
+  >>> values_of_codes(jnp.array([8, 2, 31, 63], jnp.uint8), "e2m3")
+  Array([ 1.  ,  0.25,  7.5 , -7.5 ], dtype=float32)
+  """
+  fmt = formats.get(fmt)
+  c = codes.astype(jnp.uint32) & np.uint32(_mask(fmt))
+  if fmt.bits == 8:
+    return lax.bitcast_convert_type(c.astype(jnp.uint8),
+                                    fmt.dtype).astype(dtype)
+  if fmt.bits > 8 or fmt.has_nan or fmt.has_inf:
+    table = jnp.asarray(fmt.code_table)
+    return table[c.astype(jnp.int32)].astype(dtype)
+  m = fmt.mantissa_bits
+  big_e = (c >> m) & np.uint32(2**fmt.exponent_bits - 1)
+  mant = c & np.uint32(2**m - 1)
+  normal = ((big_e + np.uint32(127 - fmt.bias)) << 23) | (mant << (23 - m))
+  sub = lax.bitcast_convert_type(
+      mant.astype(jnp.float32) * np.float32(fmt.min_subnormal), jnp.uint32)
+  mag = jnp.where(big_e == 0, sub, normal)
+  sign = (c >> (fmt.bits - 1)) << 31
+  return lax.bitcast_convert_type(mag | sign, jnp.float32).astype(dtype)
+
+
+def from_codes(codes: jax.Array, fmt: formats.FormatLike) -> Any:
+  """uint8 codes as the format's own storage: a native array or a CodeArray.
+
+  >>> from_codes(jnp.array([2, 9], jnp.uint8), "e2m1")
+  Array([1, -0.5], dtype=float4_e2m1fn)
+  """
+  fmt = formats.get(fmt)
+  if not fmt.native:
+    return CodeArray(codes, fmt)
+  if fmt.bits == 8:
+    return lax.bitcast_convert_type(codes.astype(jnp.uint8), fmt.dtype)
+  # XLA on CPU can't bitcast uint8 to float4 (it splits the byte): gather.
+  table = jnp.asarray(fmt.code_table.astype(fmt.dtype))
+  return table[codes.astype(jnp.int32) & _mask(fmt)]
+
+
 # A narrow result's tangent must itself be narrow (JAX's rule), so a gradient
 # through it is rounded into the format, and a CodeArray's uint8 codes carry
 # none. So `cast` records, for traced results, the float32 array it rounded,
@@ -291,8 +338,7 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
   dtype = _result_dtype(dtype)
   source = _source_of(x)
   if isinstance(x, CodeArray):
-    table = jnp.asarray(x.format.code_table)
-    values = table[x.codes.astype(jnp.int32) & _mask(x.format)].astype(dtype)
+    values = values_of_codes(x.codes, x.format, dtype)
   elif not hasattr(x, "dtype"):
     raise TypeError(f"`x` argument to `decode` must be an array or CodeArray, "
                     f"got {type(x).__name__}")

@@ -64,3 +64,8 @@ def reshard(x, sharding):
   if fn is not None:
     return fn(x, sharding)
   return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def x64_enabled() -> bool:
+  """Whether 64-bit types are on (``jax_enable_x64``)."""
+  return bool(jax.config.read("jax_enable_x64"))

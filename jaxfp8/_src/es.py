@@ -25,8 +25,8 @@ import numpy as np
 from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
-from jaxfp8._src.cast import ROUNDINGS
-from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src.rounding import ROUNDINGS
+from jaxfp8._src import rounding as rounding_lib
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 
@@ -174,15 +174,10 @@ def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
   x = mean + sigma * as_float32(eps)
   if not fmt.narrow:
     return x.astype(fmt.dtype)
-  if rounding == "nearest" and fmt.native:
-    # XLA's convert rounds to nearest-even as cast does (tests check them bit
-    # for bit); the clip saturates. Faster than cast's integer rounding.
-    return jnp.clip(x, -fmt.max, fmt.max).astype(fmt.dtype)
   rand = None
   if rounding == "stochastic":
     rand = jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)
-  out = _cast_jit(x, rand, fmt.name, rounding, True, False)
-  return out if fmt.native else CodeArray(out, fmt)
+  return rounding_lib.round_to(x, fmt, rounding=rounding, rand=rand)
 
 
 def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,

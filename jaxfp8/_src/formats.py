@@ -338,6 +338,44 @@ def get_narrow(fmt: FormatLike, *, arg: str = "dtype", fn: str = "get") -> Forma
   return f
 
 
+def get_dtype(dtype: Any, *, arg: str = "dtype", fn: str = "get",
+              float64: bool = True) -> np.dtype:
+  """The one rule for a ``dtype`` argument: the registry's, plus float64.
+
+  Every function that takes a dtype or format reads it here, so every alias
+  (``"bf16"``, ``"f16"``, ``"e4m3"``) works everywhere. Accepted: whatever
+  :func:`get` accepts (registered names, aliases, dtypes, scalar types and
+  Formats), Python's ``float`` (JAX's default float: float32 unless x64 is
+  on), and, where ``float64`` is True, float64 as a dtype or the names
+  ``"float64"``/``"f64"``.
+
+  Returns:
+    The NumPy dtype (``np.dtype``).
+
+  Raises:
+    TypeError, ValueError: as :func:`get`, naming ``fn`` and ``arg``.
+
+  >>> get_dtype("bf16"), get_dtype("e4m3"), get_dtype("f64")
+  (dtype(bfloat16), dtype(float8_e4m3fn), dtype('float64'))
+  """
+  if dtype is float:  # JAX's default float, as jnp.dtype(float) reads it
+    return np.dtype(np.float64 if compat.x64_enabled() else np.float32)
+  if float64 and _is_float64(dtype):
+    return np.dtype(np.float64)
+  return get(dtype, arg=arg, fn=fn).dtype
+
+
+def _is_float64(dtype: Any) -> bool:
+  if isinstance(dtype, str):
+    return dtype.strip().lower() in ("float64", "f64", "double")
+  if isinstance(dtype, Format) or dtype is None:
+    return False
+  try:
+    return np.dtype(dtype) == np.float64
+  except (TypeError, ValueError):
+    return False
+
+
 def is_narrow(dtype: Any) -> bool:
   """Whether ``dtype`` names a registered narrow format (never raises).
 

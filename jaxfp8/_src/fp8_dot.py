@@ -36,7 +36,7 @@ from jaxfp8._src.codes import decode
 from jaxfp8._src.kernels import scaled_matmul as kernels_scaled_matmul
 from jaxfp8._src import scaling
 from jaxfp8._src.scaling import _quantize_raw
-from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src import rounding
 from jaxfp8._src.scaling import amax
 from jaxfp8._src.scaling import CurrentScaling
 from jaxfp8._src.scaling import DelayedScaling
@@ -135,8 +135,7 @@ def _to_dtype(x: jax.Array, dtype: np.dtype) -> jax.Array:
   ``astype`` would give NaN (e4m3fn) or Inf past the format's max."""
   if not formats.is_narrow(dtype):
     return x.astype(dtype)
-  return _cast_jit(x.astype(jnp.float32), None, formats.get(dtype).name,
-                   "nearest", True, False)
+  return rounding.round_to(x.astype(jnp.float32), dtype)
 
 
 def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,

@@ -23,13 +23,11 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src import formats
 from jaxfp8._src import mx_pack
 from jaxfp8._src import validate
-from jaxfp8._src.cast import _cast_jit
-from jaxfp8._src.cast import _limit
-from jaxfp8._src.cast import _round_magnitude
-from jaxfp8._src.cast import _to_float32
+from jaxfp8._src import rounding as rounding_lib
 
 ScaleMode = Literal["floor", "rceil", "ceil", "even"]
 SCALE_MODES: tuple[str, ...] = ("floor", "rceil", "ceil", "even")
@@ -229,12 +227,15 @@ def _element_codes(bits, rand, mx: MXFormat, rounding: str):
   elem = mx.element
   if elem is _INT8:
     mag, neg = bits & 0x7FFFFFFF, (bits >> 31) == 1
-    mag = _round_magnitude(mag, neg, elem, rounding, rand)
-    mag, _ = _limit(mag, neg, elem, rounding, True)
+    mag = rounding_lib.round_magnitude(mag, neg, elem, rounding=rounding,
+                                       rand=rand)
+    mag, _ = rounding_lib.limit_magnitude(mag, neg, elem, rounding=rounding,
+                                          saturate=True)
     k = (lax.bitcast_convert_type(mag, jnp.float32) * 64).astype(_I32)
     return jnp.where(neg, -k, k).astype(jnp.int8)
-  return _cast_jit(lax.bitcast_convert_type(bits, jnp.float32), rand,
-                   elem.name, rounding, True, True)
+  return rounding_lib.round_to_codes(
+      lax.bitcast_convert_type(bits, jnp.float32), elem, rounding=rounding,
+      rand=rand)
 
 
 def _element_values(codes, mx: MXFormat):
@@ -242,20 +243,7 @@ def _element_values(codes, mx: MXFormat):
   elem = mx.element
   if elem is _INT8:
     return codes.astype(jnp.float32) * np.float32(2.0**-6)
-  if elem.bits == 8:
-    return lax.bitcast_convert_type(codes.astype(jnp.uint8),
-                                    elem.dtype).astype(jnp.float32)
-  # float6, float4 (no NaN, no Inf): exponent and mantissa fields.
-  c = codes.astype(_U32)
-  m = elem.mantissa_bits
-  big_e = (c >> m) & (2**elem.exponent_bits - 1)
-  mant = c & (2**m - 1)
-  normal = ((big_e + (127 - elem.bias)) << 23) | (mant << (23 - m))
-  sub = lax.bitcast_convert_type(
-      mant.astype(jnp.float32) * np.float32(elem.min_subnormal), _U32)
-  mag = jnp.where(big_e == 0, sub, normal)
-  sign = (c >> (elem.bits - 1)) << 31
-  return lax.bitcast_convert_type(mag | sign, jnp.float32)
+  return codes_lib.values_of_codes(codes, elem)
 
 
 def _nan_fill(mx: MXFormat) -> int:
@@ -418,7 +406,7 @@ def _quantize_nv(bits, rand, mx: MXFormat, mode: str, rounding: str):
   # is exactly there, so rounding the float32 quotient again is exact.
   q = lax.bitcast_convert_type(bamax, jnp.float32) / np.float32(6.0)
   scale_rounding = _NV_SCALE_ROUNDING[mode]
-  sc = _cast_jit(q, None, mx.scale_name, scale_rounding, True, True)
+  sc = rounding_lib.round_to_codes(q, mx.scale_name, rounding=scale_rounding)
   if scale_rounding == "up":  # x / 2^j or q may be below float32's range
     sc = jnp.where((bmax > 0) & (sc == 0), jnp.uint8(1), sc)
   sc = jnp.where(bad, jnp.uint8(mx.scale.nan_code), sc)
@@ -556,7 +544,7 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
   mx = get_format(fmt, fn=fn)
   validate.check_choice(scale_mode, SCALE_MODES, "scale_mode", fn)
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
-  x32 = _to_float32(x, fn)
+  x32 = rounding_lib.to_float32(x, fn=fn)
   axis = _check_axis(axis, x32.ndim, fn)
   block_size = _check_block_size(block_size, mx, fn)
   n = x32.shape[axis]

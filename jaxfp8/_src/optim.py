@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxfp8._src import formats
 from jaxfp8._src import validate
-from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src import rounding
 from jaxfp8._src.codes import CodeArray
 
 
@@ -102,9 +102,6 @@ def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> Any:
   key = validate.check_single_key(key, "stochastic_round")
   x32 = jnp.asarray(x, jnp.float32)
   rand = jax.random.bits(key, x32.shape, jnp.uint32)
-  if fmt.narrow and not fmt.native:
-    return CodeArray(_cast_jit(x32, rand, fmt.name, "stochastic", True, True),
-                     fmt)
   return _round_into(x32, rand, np.dtype(fmt.dtype))
 
 
@@ -114,7 +111,7 @@ def _round_into(x32, rand, dtype: np.dtype):
   fmt = formats.get(dtype)
   if not fmt.narrow:
     raise NotImplementedError(f"no stochastic rounding into {fmt.name}")
-  return _cast_jit(x32, rand, fmt.name, "stochastic", True, False)
+  return rounding.round_to(x32, fmt, rounding="stochastic", rand=rand)
 
 
 def apply_updates(params: Any, updates: Any) -> Any:
@@ -134,8 +131,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
       return p
     p = jnp.asarray(p)
     if formats.is_narrow(p.dtype):  # saturating, as jaxfp8.cast: no NaN
-      return _cast_jit(p.astype(jnp.float32) + u, None,
-                       formats.get(p.dtype).name, "nearest", True, False)
+      return rounding.round_to(p.astype(jnp.float32) + u, p.dtype)
     return jnp.asarray(p + u).astype(p.dtype)
   return jax.tree_util.tree_map(one, params, updates,
                                 is_leaf=lambda x: x is None)

@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxfp8._src import formats
 from jaxfp8._src import validate
-from jaxfp8._src.cast import _cast_jit
+from jaxfp8._src import rounding
 from jaxfp8._src.cast import cast
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
@@ -137,10 +137,7 @@ def _quantize_raw(x32, fmt: formats.Format, scale):
   For use inside custom derivative rules; returns the narrow array (native
   formats) or its uint8 codes wrapped as a CodeArray.
   """
-  y = x32 / scale
-  if fmt.native:
-    return _cast_jit(y, None, fmt.name, "nearest", True, False)
-  return CodeArray(_cast_jit(y, None, fmt.name, "nearest", True, True), fmt)
+  return rounding.round_to(x32 / scale, fmt)
 
 
 def _check_margin(margin: Any, fn: str) -> int:

@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import formats
+from jaxfp8._src import rounding as rounding_lib
 
 
 def sample(key: jax.Array, dist: str, fmt: formats.Format,
@@ -35,8 +35,10 @@ def sample(key: jax.Array, dist: str, fmt: formats.Format,
   x = getattr(jax.random, dist)(key, dtype=jnp.float32, **static, **arrays)
   if rounding == "stochastic":
     rand = jax.random.bits(rkey, x.shape, jnp.uint32)
-  out = cast_lib._cast_jit(x, rand, fmt.name, rounding, True,  # pylint: disable=protected-access
-                           not fmt.native)
+  if fmt.native:
+    out = rounding_lib.round_to(x, fmt, rounding=rounding, rand=rand)
+  else:
+    out = rounding_lib.round_to_codes(x, fmt, rounding=rounding, rand=rand)
   if not fmt.signed:
     # E8M0 has no zero: a float32 draw of exactly 0 stands for a positive
     # real below float32's resolution, whose nearest value is the smallest.

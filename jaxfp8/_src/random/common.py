@@ -14,10 +14,11 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import compat
 from jaxfp8._src import formats
+from jaxfp8._src import rounding
 from jaxfp8._src import validate
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src.codes import CodeArray
 
 
@@ -80,7 +81,7 @@ def check_finite(params: dict[str, Any], fn: str,
 
 def as_float32(x: Any, arg: str, fn: str) -> jax.Array:
   """A parameter as float32 (narrow arrays and CodeArrays decoded exactly)."""
-  return cast_lib._to_float32(x, fn, arg)  # pylint: disable=protected-access
+  return rounding.to_float32(x, fn=fn, arg=arg)
 
 
 def as_jax_param(x: Any, arg: str, fn: str) -> Any:
@@ -159,15 +160,7 @@ def codes_table(fmt: formats.Format) -> np.ndarray:
   return fmt.codes.astype(np.uint8)
 
 
-def from_codes(codes: jax.Array, fmt: formats.Format):
-  """uint8 codes -> the caller's array: native narrow array or CodeArray."""
-  if not fmt.native:
-    return CodeArray(codes, fmt)
-  if fmt.bits == 8:
-    return lax.bitcast_convert_type(codes, fmt.dtype)
-  # XLA on CPU can't bitcast uint8 to float4 (it splits the byte): gather.
-  table = jnp.asarray(fmt.code_table.astype(fmt.dtype))
-  return table[codes.astype(jnp.int32)]
+from_codes = codes_lib.from_codes
 
 
 def wrap(out: jax.Array, fmt: formats.Format):

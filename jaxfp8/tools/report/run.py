@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from jaxfp8._src import report_worker
+from jaxfp8.tools.report import worker as report_worker
 
 SIDES = ("native", "jaxfp8")
 # XLA spends most of the report compiling; its CPU backend at optimization

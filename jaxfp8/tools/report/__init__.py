@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from jaxfp8._src import formats
-from jaxfp8._src import report_laws
-from jaxfp8._src import report_plots
-from jaxfp8._src import report_run
-from jaxfp8._src import report_worker
-from jaxfp8._src.cli import int_at_least
+from jaxfp8.tools.report import laws as report_laws
+from jaxfp8.tools.report import plots as report_plots
+from jaxfp8.tools.report import run as report_run
+from jaxfp8.tools.report import worker as report_worker
+from jaxfp8.tools.options import int_at_least
 
 SIDES = report_run.SIDES
 KINDS = ("sample", "init", "const", "cast", "dot", "matmul")

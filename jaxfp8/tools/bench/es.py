@@ -31,8 +31,8 @@ import jax.numpy as jnp
 from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import es
 from jaxfp8._src import formats
-from jaxfp8._src.bench import _timing
-from jaxfp8._src.cli import int_at_least
+from jaxfp8.tools import timing
+from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import config
 
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
               "baseline (candidates)"),
              ("sample_population (default method)",
               "candidates float32-then-cast", "rounding='nearest'")]
-  med = _timing.interleaved_medians(fns, repeats=args.repeats, warmup=1)
+  med = timing.interleaved_medians(fns, repeats=args.repeats, warmup=1)
 
   now = datetime.datetime.now(datetime.timezone.utc)
   print(f"# ES population sampling: {pop} x {n} = {pop * n / 1e6:.1f}M "
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
           "float32-then-cast baselines round with jaxfp8.cast (uint8 codes) "
           "instead of astype")
   print()
-  print(_timing.markdown_table(
+  print(timing.markdown_table(
       ["sampler", "median ms", "M samples/s", "speed-up", "note"],
       _rows(med, groups, pop * n)))
   if "perturbations exact" in med:

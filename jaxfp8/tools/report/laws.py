@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxfp8._src import formats
-from jaxfp8._src import report_worker
+from jaxfp8.tools.report import worker as report_worker
 
 Law = tuple[np.ndarray, np.ndarray, float]  # values, probabilities, P(NaN)
 

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8._src import mx
-from jaxfp8._src.bench import _timing
-from jaxfp8._src.cli import int_at_least
+from jaxfp8.tools import timing
+from jaxfp8.tools.options import int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     quantized[name] = mx.quantize(x, name)
     fns[f"q:{name}"] = (lambda n=name: mx.quantize(x, n).data)
     fns[f"d:{name}"] = (lambda n=name: quantized[n].dequantize())
-  med = _timing.interleaved_medians(fns, repeats=args.repeats, warmup=2)
+  med = timing.interleaved_medians(fns, repeats=args.repeats, warmup=2)
 
   rows = []
   for name in names:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
   print("ratios: median time over the same-run median of "
         "x.astype(float8_e4m3fn) (and of fp8 -> float32 for the 'vs upcast' "
         "column); target <= 3x\n")
-  print(_timing.markdown_table(
+  print(timing.markdown_table(
       ["format", "quantize / cast", "dequantize / cast",
        "dequantize / upcast", "<= 3x"], rows))
   return 0

@@ -1,7 +1,7 @@
 """The ``jaxfp8`` command: ``report``, ``bench <suite>`` and ``docs``.
 
-Each bench suite is a module ``jaxfp8._src.bench.<suite>`` with a
-``main(argv) -> int``; ``report`` lives in ``jaxfp8._src.report``. Bad options
+Each bench suite is a module ``jaxfp8.tools.bench.<suite>`` with a
+``main(argv) -> int``; ``report`` lives in ``jaxfp8.tools.report``. Bad options
 end as argparse errors (one line on stderr, exit status 2), never tracebacks.
 """
 from __future__ import annotations
@@ -10,40 +10,12 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Callable
-
-from jaxfp8._src import bench as _bench_pkg
+from jaxfp8.tools import bench as bench_pkg
 
 
 def bench_suites() -> list[str]:
-  return sorted(m.name for m in pkgutil.iter_modules(_bench_pkg.__path__)
+  return sorted(m.name for m in pkgutil.iter_modules(bench_pkg.__path__)
                 if not m.name.startswith("_"))
-
-
-def int_at_least(low: int) -> Callable[[str], int]:
-  """An argparse ``type`` accepting integers ``>= low``.
-
-  argparse prefixes its message with the option, so the error reads
-  ``argument --repeats: must be an integer >= 1, got '0'``.
-
-  >>> int_at_least(1)("3")
-  3
-  >>> int_at_least(1)("0")
-  Traceback (most recent call last):
-  ...
-  argparse.ArgumentTypeError: must be an integer >= 1, got '0'
-  """
-  def parse(text: str) -> int:
-    try:
-      value = int(text)
-    except ValueError:
-      value = None
-    if value is None or value < low:
-      raise argparse.ArgumentTypeError(
-          f"must be an integer >= {low}, got {text!r}")
-    return value
-  parse.__name__ = f"integer >= {low}"  # argparse names the type with it
-  return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,18 +40,18 @@ def main(argv: list[str] | None = None) -> int:
   d.add_argument("--out", default="docs")
   args, rest = parser.parse_known_args(argv)
   if args.command == "report":
-    return importlib.import_module("jaxfp8._src.report").main(rest)
+    return importlib.import_module("jaxfp8.tools.report").main(rest)
   if args.command == "bench":
     if args.suite is None:
       if args.help:
         b.print_help()
         return 0
       b.error("the following arguments are required: suite")
-    module = importlib.import_module(f"jaxfp8._src.bench.{args.suite}")
+    module = importlib.import_module(f"jaxfp8.tools.bench.{args.suite}")
     return module.main((["--help"] if args.help else []) + rest)
   if rest:
     parser.error(f"unrecognized arguments: {' '.join(rest)}")
-  from jaxfp8._src import docgen  # pylint: disable=g-import-not-at-top
+  from jaxfp8.tools import docgen  # pylint: disable=g-import-not-at-top
   for path in docgen.write_all(args.out):
     print(f"wrote {path}")
   return 0

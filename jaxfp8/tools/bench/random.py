@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8._src import formats
-from jaxfp8._src.bench import _timing
-from jaxfp8._src.cli import int_at_least
+from jaxfp8.tools import timing
+from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import exact as exact_method
 from jaxfp8._src.random import samplers
 from jaxfp8._src.random import table as table_method
@@ -116,7 +116,7 @@ def run(dists, fmts, n: int, repeats: int,
         notes.append(f"{dist}, {fmt.name}: JAX {jax.__version__} can't hold "
                      "its arrays, so no f32->fmt or native rows; its "
                      "'x f32->fmt' column is over jaxfp8's cast method")
-      times = _timing.interleaved_medians(
+      times = timing.interleaved_medians(
           {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
       base, native = times[base_name], times.get("native")
       params = _LAW_PARAMS.get(dist, {})
@@ -165,7 +165,7 @@ def bits_table(fmts) -> str:
         continue
       row.append(f"{bits:.3g}" + (" (2L)" if plan.kind == "two_level" else ""))
     rows.append(row)
-  return _timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
+  return timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
 
 
 def main(argv: list[str]) -> int:
@@ -198,7 +198,7 @@ def main(argv: list[str]) -> int:
         f"JAX {jax.__version__}, {jax.default_backend()} "
         f"({platform.machine()}, {jax.device_count()} device(s)), "
         f"2^{args.log2n} samples, median of {args.repeats}")
-  print(_timing.markdown_table(
+  print(timing.markdown_table(
       ["dist", "format", "variant", "bits/sample", "Msamples/s",
        "x f32->fmt", "x native"], rows))
   if notes:

@@ -1,1 +1,0 @@
-"""Benchmark suites for ``python -m jaxfp8 bench <suite>``; see ``_timing``."""
