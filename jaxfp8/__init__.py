@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 from jaxfp8 import formats as formats
-from jaxfp8._src import guard as _guard
+from jaxfp8._src import constant_guard as _constant_guard
 from jaxfp8._src.cast import cast as cast
 from jaxfp8._src.cast import encode as encode
 from jaxfp8._src.cast import ROUNDINGS as ROUNDINGS
@@ -19,7 +19,7 @@ from jaxfp8._src.formats import Format as Format
 
 __version__ = "0.1.0"
 
-_guard.install()
+_constant_guard.guard_constants()
 
 # Submodules and names from heavier modules load on first use.
 _LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy")

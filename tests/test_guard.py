@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import jaxfp8
+from jaxfp8._src import compat
+from jaxfp8._src import constant_guard
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -56,10 +58,24 @@ def test_supported_formats_lower_unchanged():
 
 
 def test_guard_is_installed_and_idempotent():
-  from jaxfp8._src import guard
-  assert guard.is_installed()
-  guard.install()
-  assert guard.is_installed()
+  assert constant_guard.constants_guarded()
+  constant_guard.guard_constants()
+  assert constant_guard.constants_guarded()
+
+
+def test_unguard_restores_jax_handlers_and_guard_again():
+  types = compat.ndarray_constant_types()
+  guarded = {t: compat.get_constant_handler(t) for t in types}
+  constant_guard.unguard_constants()
+  try:
+    assert not constant_guard.constants_guarded()
+    for t in types:
+      handler = compat.get_constant_handler(t)
+      assert handler is not guarded[t]
+      assert not getattr(handler, "jaxfp8_guard", False)
+  finally:
+    constant_guard.guard_constants()
+  assert constant_guard.constants_guarded()
 
 
 def test_float6_via_codes_works_under_jit():

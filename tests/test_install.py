@@ -8,6 +8,7 @@ import inspect
 import math
 import re
 import sys
+import types
 
 from flax import nnx
 import flax.linen as nn
@@ -51,6 +52,14 @@ def assert_same(before, after):
       assert after[mod].get(attr) is value, (mod, attr)
 
 
+def codes():
+  """The code of every function held by a JAX/Flax/Haiku module (Flax's
+  ``default_kernel_init`` closures among them)."""
+  return {(name, attr): fn.__code__
+          for name, attrs in snapshot().items() for attr, fn in attrs.items()
+          if isinstance(fn, types.FunctionType)}
+
+
 def as_f64(x):
   return np.asarray(jaxfp8.decode(x), np.float64)
 
@@ -59,16 +68,54 @@ def as_f64(x):
 
 
 def test_uninstall_leaves_every_module_as_found():
-  before = snapshot()
+  before, code_before = snapshot(), codes()
   normal, lecun = jax.random.normal, jax.nn.initializers.lecun_normal
+  flax_default = nn.linear.default_kernel_init
+  flax_code = flax_default.__code__
   jaxfp8.install()
   assert jax.random.normal is not normal
   assert jax.nn.initializers.lecun_normal is not lecun
   assert nn.initializers.lecun_normal is not lecun  # Flax's re-export too
+  assert flax_default.__code__ is not flax_code  # routed in place
   jaxfp8.uninstall()
   assert jax.random.normal is normal
   assert jax.nn.initializers.lecun_normal is lecun
+  assert flax_default.__code__ is flax_code
   assert_same(before, snapshot())
+  after = codes()
+  for where, code in code_before.items():
+    assert after[where] is code, where
+
+
+def test_unknown_closure_layout_warns_and_still_installs(monkeypatch):
+  learn = install_lib.compat.learn_init_closures
+
+  def without_normal(factories):
+    kinds, _ = learn(factories)
+    return tuple(k for k in kinds if k.factory != "normal"), ("normal",)
+
+  monkeypatch.setattr(install_lib.compat, "learn_init_closures",
+                      without_normal)
+  with pytest.warns(RuntimeWarning, match="normal"):
+    jaxfp8.install()
+  assert install_lib.is_installed()
+  # Its samples are still jaxfp8's (no NaN), only the scale is JAX's.
+  w = jax.nn.initializers.normal(1.0)(KEY, (64,), jnp.float8_e4m3fn)
+  assert not np.isnan(as_f64(w)).any()
+
+
+NOT_SAMPLERS = {"METHODS", "default_method", "get_default_method",
+                "set_default_method", "rounded_law", "table_law"}
+
+
+def test_samplers_are_jaxfp8_random_samplers():
+  assert set(install_lib.SAMPLERS) == set(jaxfp8.random.__all__) - NOT_SAMPLERS
+  assert len(install_lib.SAMPLERS) == len(set(install_lib.SAMPLERS))
+  found = install_lib._our_samplers()  # pylint: disable=protected-access
+  for name, fn in found.items():
+    assert fn is getattr(jaxfp8.random, name), name
+  assert set(found) == {n for n in install_lib.SAMPLERS
+                        if hasattr(jax.random, n)}
 
 
 def test_install_is_idempotent_and_installed_nests():
@@ -356,3 +403,50 @@ def test_float6_inside_flax_or_haiku_is_refused_clearly():
     # Outside a framework float6 comes back as codes.
     w = jax.random.normal(KEY, (4,), jnp.float6_e2m3fn)
     assert isinstance(w, jaxfp8.CodeArray)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: jax.nn.initializers.normal(0.02),
+    lambda: jax.nn.initializers.lecun_normal(),
+], ids=["normal", "lecun_normal"])
+def test_float6_from_jax_initializers_is_refused_everywhere(make):
+  # An initializer makes parameters, which layers compute with: float6
+  # raises however it is called (no look at the caller), pointing to
+  # jaxfp8.encode and to jaxfp8.nn.initializers for the codes.
+  prebuilt = make()
+  with jaxfp8.installed():
+    for init in (prebuilt, make()):
+      with pytest.raises(TypeError, match="jaxfp8.encode") as e:
+        init(KEY, (4, 4), jnp.float6_e2m3fn)
+      assert "jaxfp8.nn.initializers" in str(e.value)
+    with pytest.raises(TypeError, match="jaxfp8.encode"):
+      jax.nn.initializers.zeros(KEY, (4,), jnp.float6_e2m3fn)
+  w = jaxfp8.nn.initializers.normal(0.5)(KEY, (4, 4), jnp.float6_e2m3fn)
+  assert isinstance(w, jaxfp8.CodeArray)
+
+
+def test_prebuilt_closures_in_containers_and_defaults_are_routed():
+  # Closures are found wherever they are held (gc), not only in modules.
+  held = {"inits": [jax.nn.initializers.he_uniform(in_axis=0, out_axis=1)]}
+
+  def layer(init=jax.nn.initializers.truncated_normal(0.1, lower=-1.0)):
+    return init(KEY, (128, 64), jnp.float8_e5m2)
+
+  want = [jaxfp8.cast(held["inits"][0](KEY, (128, 64), jnp.float32),
+                      "float8_e5m2"),
+          jaxfp8.cast(jax.nn.initializers.truncated_normal(0.1, lower=-1.0)(
+              KEY, (128, 64), jnp.float32), "float8_e5m2")]
+  with jaxfp8.installed():
+    got = [held["inits"][0](KEY, (128, 64), jnp.float8_e5m2), layer()]
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(as_f64(g), as_f64(w))
+
+
+def test_wide_calls_of_routed_closures_keep_their_errors():
+  init = jax.nn.initializers.variance_scaling(1.0, "fan_x", "normal")
+  want = _error(lambda: init(KEY, (4, 4), jnp.float32))
+  missing = _error(lambda: init(KEY))  # pylint: disable=no-value-for-parameter
+  with jaxfp8.installed():
+    assert _error(lambda: init(KEY, (4, 4), jnp.float32)) == want
+    assert _error(lambda: init(KEY)) == missing  # pylint: disable=no-value-for-parameter
+    assert _error(lambda: init(KEY, (4, 4), jnp.float8_e4m3fn))[0] is ValueError

@@ -1,11 +1,27 @@
-"""Everything that depends on the installed JAX version lives here.
+"""Everything that depends on JAX, Flax or Haiku internals lives here.
 
-jaxfp8 runs on JAX 0.10 and 0.11. Private JAX entry points are touched only
-in this module, each with a fallback, so a JAX upgrade breaks one place.
+jaxfp8 runs on JAX 0.10 and 0.11. It was written against JAX 0.10.2, Flax
+0.12.8 and Haiku 0.0.17, and checked against the sources of JAX 0.11.2. Each
+internal used below names the fact it relies on and the version it was
+written against, and ``tests/test_compat.py`` checks every one of them, so
+that an upgrade that moves one fails there, by name, instead of silently
+doing nothing.
+
+Sections: version and traced values; the MLIR constant handlers (for
+:mod:`jaxfp8._src.constant_guard`); the closures of ``jax.nn.initializers``,
+where JAX, Flax and Haiku hold the functions :func:`jaxfp8.install` replaces,
+and Haiku's initializer classes (for :mod:`jaxfp8._src.install`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import gc
+import inspect
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -13,33 +29,49 @@ import numpy as np
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
 # The class of traced values (isinstance checks only). jax.core keeps it
-# public today; JAX has been moving jax.core's names elsewhere.
+# public today (0.10.2, 0.11.2); JAX has been moving jax.core's names away.
 try:
   Tracer = jax.core.Tracer
 except AttributeError:  # pragma: no cover - a JAX that dropped it
   from jax._src.core import Tracer  # pylint: disable=g-import-not-at-top
 
 
+# ---------------------------------------------------------------------------
+# MLIR constant handlers.
+
+
 def get_constant_handler(type_):
-  """Returns JAX's MLIR constant handler for ``type_`` (None if absent)."""
+  """Returns JAX's MLIR constant handler for ``type_`` (None if absent).
+
+  JAX 0.10.2 and 0.11.2: ``jax._src.interpreters.mlir.get_constant_handler``
+  (the public ``jax.interpreters.mlir`` only registers handlers).
+  """
   from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
-  return getattr(mlir, "_constant_handlers", {}).get(type_)
+  try:
+    return mlir.get_constant_handler(type_)
+  except KeyError:
+    return None
 
 
 def register_constant_handler(type_, handler) -> None:
+  """Makes ``handler`` JAX's MLIR constant handler for ``type_`` (public)."""
   from jax.interpreters import mlir  # pylint: disable=g-import-not-at-top
   mlir.register_constant_handler(type_, handler)
 
 
 def ndarray_constant_types() -> tuple[type, ...]:
-  """The array types whose constants JAX lowers with its ndarray handler."""
-  types = [np.ndarray]
+  """The array types whose constants JAX lowers with its ndarray handler.
+
+  JAX 0.10.2 and 0.11.2 lower ``jax._src.literals.TypedNdArray`` (NumPy
+  constants JAX made itself) with the same handler as ``np.ndarray``.
+  """
+  found = [np.ndarray]
   try:
     from jax._src import literals  # pylint: disable=g-import-not-at-top
-    types.append(literals.TypedNdArray)
+    found.append(literals.TypedNdArray)
   except (ImportError, AttributeError):
     pass
-  return tuple(types)
+  return tuple(found)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,3 +101,292 @@ def reshard(x, sharding):
 def x64_enabled() -> bool:
   """Whether 64-bit types are on (``jax_enable_x64``)."""
   return bool(jax.config.read("jax_enable_x64"))
+
+
+# ---------------------------------------------------------------------------
+# The closures of jax.nn.initializers.
+#
+# JAX 0.10.2 (the same in 0.11.2): each factory below returns a closure
+# ``init(key, shape, dtype=<the factory's dtype>, out_sharding=None)`` whose
+# free variables are the factory's other arguments; glorot_*, lecun_*, he_*
+# return variance_scaling's. Every closure of a factory shares its code
+# object, so a closure is told by ``fn.__code__``, and its arguments are its
+# cells. A router below has the same free variables (CPython lays them out
+# sorted by name) and parameters; while installed, it is each closure's
+# ``__code__``. It runs with JAX's module globals, so it reaches jaxfp8 by an
+# import statement.
+
+
+def _route_constant(value):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("constant", (value,), key, shape, dtype,
+                              out_sharding)
+  return init
+
+
+def _route_uniform(scale):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("uniform", (scale,), key, shape, dtype,
+                              out_sharding)
+  return init
+
+
+def _route_normal(stddev):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("normal", (stddev,), key, shape, dtype,
+                              out_sharding)
+  return init
+
+
+def _route_truncated_normal(lower, stddev, upper):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("truncated_normal", (lower, stddev, upper), key,
+                              shape, dtype, out_sharding)
+  return init
+
+
+def _route_variance_scaling(batch_axis, distribution, in_axis, mode, out_axis,
+                            scale):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed(
+        "variance_scaling",
+        (batch_axis, distribution, in_axis, mode, out_axis, scale), key,
+        shape, dtype, out_sharding)
+  return init
+
+
+def _route_orthogonal(column_axis, scale):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("orthogonal", (column_axis, scale), key, shape,
+                              dtype, out_sharding)
+  return init
+
+
+def _route_delta_orthogonal(column_axis, scale):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+    return compat.call_routed("delta_orthogonal", (column_axis, scale), key,
+                              shape, dtype, out_sharding)
+  return init
+
+
+_ROUTERS: dict[str, Callable[..., Callable]] = {
+    "constant": _route_constant, "uniform": _route_uniform,
+    "normal": _route_normal, "truncated_normal": _route_truncated_normal,
+    "variance_scaling": _route_variance_scaling,
+    "orthogonal": _route_orthogonal,
+    "delta_orthogonal": _route_delta_orthogonal,
+}
+# Factories that have required arguments: the arguments of one sample.
+_SAMPLE_ARGUMENTS = {"constant": (0.0,),
+                     "variance_scaling": (1.0, "fan_in", "normal")}
+INIT_PARAMETERS = ("key", "shape", "dtype", "out_sharding")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class InitClosure:
+  """The closures one ``jax.nn.initializers`` factory makes, and their router.
+
+  Attributes:
+    factory: the factory's name (``"variance_scaling"`` for glorot_* too).
+    code: JAX's code object, shared by all of them.
+    router: the code a routed closure runs instead.
+    namespace: the globals they run with (JAX's module).
+  """
+  factory: str
+  code: types.CodeType
+  router: types.CodeType
+  namespace: dict[str, Any]
+
+  @property
+  def arguments(self) -> tuple[str, ...]:
+    """The names of the factory arguments a closure holds, in cell order."""
+    return self.code.co_freevars
+
+  def run_original(self, values: tuple[Any, ...], args: tuple[Any, ...]):
+    """JAX's own closure holding ``values``, called with ``args``."""
+    cells = tuple(types.CellType(v) for v in values)
+    fn = types.FunctionType(self.code, self.namespace, self.code.co_name,
+                            None, cells)
+    return fn(*args)
+
+
+def _same_layout(code: types.CodeType, router: types.CodeType) -> bool:
+  n = code.co_argcount
+  return (code.co_freevars == router.co_freevars
+          and code.co_varnames[:n] == INIT_PARAMETERS
+          and router.co_varnames[:router.co_argcount] == INIT_PARAMETERS
+          and code.co_posonlyargcount == code.co_kwonlyargcount == 0
+          and not code.co_flags & (inspect.CO_VARARGS
+                                   | inspect.CO_VARKEYWORDS))
+
+
+def learn_init_closures(factories: Mapping[str, Callable]
+                        ) -> tuple[tuple[InitClosure, ...], tuple[str, ...]]:
+  """What each factory's closures look like, from one closure of each.
+
+  Args:
+    factories: JAX's own factories by name (not install()'s shims).
+
+  Returns:
+    (the closures a router can answer, the factories whose closures don't
+    have the layout written above: a JAX that changed them).
+  """
+  found, unknown = [], []
+  for name, make_router in _ROUTERS.items():
+    closure = factories[name](*_SAMPLE_ARGUMENTS.get(name, ()))
+    code = getattr(closure, "__code__", None)
+    n_cells = len(inspect.signature(make_router).parameters)
+    router = make_router(*[None] * n_cells).__code__
+    if not isinstance(code, types.CodeType) or not _same_layout(code, router):
+      unknown.append(name)
+      continue
+    # JAX's names, so that argument errors read as they do without jaxfp8.
+    router = router.replace(co_name=code.co_name)
+    if hasattr(code, "co_qualname"):  # Python 3.11+
+      router = router.replace(co_qualname=code.co_qualname)
+    found.append(InitClosure(name, code, router, closure.__globals__))
+  return tuple(found), tuple(unknown)
+
+
+# What routed closures answer to: set by route_init_closures.
+_ROUTING: dict[str, Any] = {}
+# factory -> its InitClosure, kept after unrouting: a closure that entered
+# its router just before can still run JAX's code.
+_KNOWN: dict[str, InitClosure] = {}
+
+
+def _functions_running(codes: Iterable[types.CodeType]
+                       ) -> list[types.FunctionType]:
+  """Every live function whose ``__code__`` is one of ``codes``.
+
+  ``gc.get_referrers`` (documented, CPython) finds the functions that hold a
+  code object: every closure of a factory, wherever it is stored.
+  """
+  codes = tuple(codes)
+  ids = {id(c) for c in codes}
+  return [r for r in gc.get_referrers(*codes)
+          if isinstance(r, types.FunctionType) and id(r.__code__) in ids]
+
+
+def route_init_closures(kinds: Iterable[InitClosure],
+                        answer: Callable[..., Any]) -> int:
+  """Routes every existing closure of ``kinds``, and later ones passed to
+  :func:`route_init_closure`, to ``answer``.
+
+  A routed closure's call becomes ``answer(factory, arguments, args,
+  original)``: ``arguments`` the factory's arguments by name, ``args`` the
+  call's ``(key, shape, dtype, out_sharding)``, ``original()`` JAX's result.
+
+  Returns:
+    How many existing closures were routed.
+  """
+  kinds = tuple(kinds)
+  by_code = {id(k.code): k for k in kinds}
+  _KNOWN.update({k.factory: k for k in kinds})
+  _ROUTING.update(answer=answer, by_code=by_code,
+                  by_router={id(k.router): k for k in kinds})
+  closures = _functions_running(k.code for k in kinds)
+  for fn in closures:
+    fn.__code__ = by_code[id(fn.__code__)].router
+  return len(closures)
+
+
+def route_init_closure(fn: Any) -> Any:
+  """Routes ``fn`` if it is a closure of a routed kind; returns ``fn``."""
+  kind = _ROUTING.get("by_code", {}).get(id(getattr(fn, "__code__", None)))
+  if kind is not None and isinstance(fn, types.FunctionType):
+    fn.__code__ = kind.router
+  return fn
+
+
+def unroute_init_closures() -> None:
+  """Gives every routed closure its own code back."""
+  by_router = _ROUTING.get("by_router", {})
+  for fn in _functions_running(k.router for k in by_router.values()):
+    fn.__code__ = by_router[id(fn.__code__)].code
+  _ROUTING.clear()
+
+
+def call_routed(factory: str, values: tuple[Any, ...], *args: Any):
+  """Where a routed closure of ``factory`` holding ``values`` goes."""
+  kind = _KNOWN[factory]
+  answer = _ROUTING.get("answer")
+  original = functools.partial(kind.run_original, values, args)
+  if answer is None:
+    return original()
+  return answer(factory, dict(zip(kind.arguments, values)), args, original)
+
+
+# ---------------------------------------------------------------------------
+# Where JAX, Flax and Haiku hold the functions install() replaces.
+
+
+def float_samplers(known: Iterable[str]) -> dict[str, Callable]:
+  """``jax.random``'s samplers of floats: the ``known`` names with a
+  ``dtype`` argument, and any other whose ``dtype`` is annotated as a float
+  dtype (JAX 0.10.2 and 0.11.2 spell it ``DTypeLikeFloat``)."""
+  known = frozenset(known)
+  out = {}
+  for name in dir(jax.random):
+    fn = getattr(jax.random, name, None)
+    if not inspect.isfunction(fn) or name.startswith("_"):
+      continue
+    dtype = inspect.signature(fn).parameters.get("dtype")
+    if dtype is not None and (name in known
+                              or "Float" in str(dtype.annotation)):
+      out[name] = fn
+  return out
+
+
+# The packages whose modules hold references install() replaces.
+FRAMEWORKS = ("jax", "flax", "haiku")
+
+
+def references(ids: Iterable[int]) -> list[tuple[Any, str, Any]]:
+  """Every ``(module, attribute, value)`` in JAX, Flax and Haiku whose value
+  is one of the objects ``ids`` names (by ``id``).
+
+  Written against JAX 0.10.2 / Flax 0.12.8 / Haiku 0.0.17, where the copies
+  that matter are ``jax.random`` and the private module JAX's initializers
+  call through (``jax._src.random``), ``jax.nn.initializers`` and the
+  private module it re-exports, and Flax's re-exports
+  (``flax.linen.initializers``, ``flax.nnx.initializers``). Any module of
+  these packages counts, so a copy that moves is found where it goes.
+  """
+  ids = frozenset(ids)
+  found = []
+  for mod_name, mod in list(sys.modules.items()):
+    if mod_name.split(".")[0] not in FRAMEWORKS:
+      continue
+    namespace = getattr(mod, "__dict__", None)
+    if not isinstance(namespace, dict):
+      continue
+    for attr, value in list(namespace.items()):
+      if id(value) in ids and callable(value):
+        found.append((mod, attr, value))
+  return found
+
+
+def haiku_initializer_classes() -> list[type]:
+  """Haiku's initializer classes with their own ``__call__`` ([] when Haiku
+  isn't imported).
+
+  Haiku 0.0.17: ``haiku._src.initializers`` defines them (``Constant``,
+  ``RandomNormal``, ``TruncatedNormal``, ``RandomUniform``,
+  ``VarianceScaling``, ``UniformScaling``, ``Orthogonal``, ``Identity``);
+  each ``__call__(self, shape, dtype)`` samples in ``dtype`` and then scales
+  in ``dtype``.
+  """
+  module = sys.modules.get("haiku._src.initializers")
+  if module is None:
+    return []
+  return [value for value in vars(module).values()
+          if isinstance(value, type) and value.__module__ == module.__name__
+          and "__call__" in vars(value)]

@@ -1,127 +1,165 @@
 """``jaxfp8.install()``: unchanged Flax and Haiku code initializes fp8 right.
 
-Installing replaces, in the modules of JAX, Flax and Haiku, every reference to
-a ``jax.random`` sampler of floats and to a ``jax.nn.initializers`` factory
-by a shim with the same signature (``functools.wraps``). A shim looks at the
-``dtype`` of each call: a wide dtype goes to the original function, untouched
-(same samples bit for bit, same errors); a narrow format goes to jaxfp8
-(:mod:`jaxfp8.random`, :mod:`jaxfp8.nn.initializers`). ``uninstall()`` puts
-the original objects back.
+Installing routes every call of JAX's initialization API whose ``dtype`` is
+a narrow format to jaxfp8, and leaves every other call to JAX, untouched
+(same results bit for bit, same errors, same signatures):
 
-Two kinds of code can't be reached by replacing module attributes, and get
-their own route:
+- ``jax.random``'s float samplers, in every JAX, Flax and Haiku module that
+  holds one, are replaced by a shim (``functools.wraps``) that sends narrow
+  dtypes to the :mod:`jaxfp8.random` namesake (:data:`SAMPLERS`), or, for a
+  sampler jaxfp8 lacks, draws float32 and rounds once.
+- ``jax.nn.initializers``' factories and ``zeros``/``ones`` are replaced the
+  same way (also Flax's re-exports).
+- The closures JAX's factories return, including those built before
+  installing (Flax builds ``default_kernel_init = lecun_normal()`` at
+  import), are routed as a whole: while installed, each closure runs a
+  router (:mod:`jaxfp8._src.compat`) that reads the closure's own arguments
+  and answers a narrow dtype with jaxfp8's factory of the same name built
+  from them (the initializer computed in float32, rounded once), and runs
+  JAX's code for any other dtype. JAX's closures would scale the sample in
+  the narrow format instead: the scale rounded first (6% off in
+  float8_e4m3fn, 12% in float8_e5m2), the product rounded again, and NaN for
+  truncated normals in float8_e4m3fn.
+- Haiku's initializer classes scale their samples in the narrow format too;
+  their ``__call__`` (a class attribute, so it covers instances made before
+  installing) runs in float32 and rounds once. Import Haiku first.
 
-- Initializer closures built before installing: Flax builds
-  ``default_kernel_init = initializers.lecun_normal()`` at import. Such a
-  closure ends in ``return random.truncated_normal(...) * stddev`` with
-  ``stddev`` already rounded into the narrow format (6% off in
-  float8_e4m3fn, 12% in float8_e5m2) and the product rounded again. Its
-  ``random.<sampler>`` is looked up at call time, so it reaches the shim,
-  which recognizes the caller by its code object, checks in the bytecode that
-  the sample is only multiplied by one value and returned, and answers with
-  the whole initializer computed by jaxfp8 from the closure's own arguments,
-  in a wrapper whose ``*`` returns it.
-- Haiku's initializer classes compute ``s * unscaled + m`` in the narrow
-  format after sampling; their ``__call__`` (a class attribute, so it covers
-  instances made before installing) is replaced while installed: for narrow
-  formats it runs in float32 and rounds once. Haiku must be imported first.
+:func:`uninstall` puts every replaced attribute and every closure's code
+back. Nothing here reads frames, bytecode or locals: narrow calls are told by
+their ``dtype`` argument alone.
 
-Formats the installed XLA can't hold (float6) come back as
-:class:`jaxfp8.CodeArray`, which Flax and Haiku layers can't compute with:
-called from inside Flax or Haiku, a float6 request raises a ``TypeError``.
+Formats XLA can't hold (float6): JAX's samplers answer them with a
+:class:`jaxfp8.CodeArray`, as :mod:`jaxfp8.random` does. An initializer
+(``jax.nn.initializers``, Haiku's classes) makes layer parameters, which
+Flax, Haiku and JAX code compute with, and a CodeArray can't be computed
+with; so an initializer asked for such a format raises a ``TypeError`` that
+points to formats XLA holds and to ``jaxfp8.encode``, wherever it is called
+from (:mod:`jaxfp8.nn.initializers` gives the codes to those who want them).
+
+Limits: only references held by JAX, Flax and Haiku modules are replaced.
+A factory imported into your own module before installing (``from
+jax.nn.initializers import normal``) still makes JAX's closures while
+installed; their samples reach jaxfp8, but their scale is applied in the
+format. Closures built before installing are routed wherever they are held.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import dis
 import functools
+import importlib
 import inspect
-import sys
+import pkgutil
 import threading
-import types
+import warnings
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import initializers as ours
+from jaxfp8._src import random as random_package
 from jaxfp8._src.cast import cast
 
-# Modules whose references to the originals are replaced.
-_PREFIXES = ("jax", "flax", "haiku")
-_FRAMEWORKS = ("flax", "haiku")
+# The samplers install() routes to their jaxfp8 namesakes: those of
+# jaxfp8.random (tests/test_install.py checks that the two lists agree).
+SAMPLERS: tuple[str, ...] = (
+    "ball", "bernoulli", "beta", "binomial", "categorical", "cauchy",
+    "chisquare", "dirichlet", "double_sided_maxwell", "exponential", "f",
+    "gamma", "generalized_normal", "gumbel", "laplace", "loggamma",
+    "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal",
+    "normal", "orthogonal", "pareto", "rademacher", "rayleigh", "t",
+    "triangular", "truncated_normal", "uniform", "wald", "weibull_min")
 
 _LOCK = threading.RLock()
 # (owner, attribute, original) in the order they were replaced.
 _PATCHES: list[tuple[Any, str, Any]] = []
-# Pre-built jax.nn.initializers closures: code object -> how to answer them.
-_SITES: dict[types.CodeType, "_Site"] = {}
 
 
 def _is_active() -> bool:
   return bool(_PATCHES)
 
 
+@functools.lru_cache(maxsize=None)
+def _our_samplers() -> dict[str, Callable]:
+  """name -> jaxfp8's sampler, for the :data:`SAMPLERS` jax.random has.
+
+  Looked up in the modules of ``jaxfp8._src.random``: the function of that
+  name that takes every argument of its jax.random namesake (the helpers of
+  one method, ``exact.bernoulli`` say, don't).
+  """
+  package = random_package.__name__
+  modules = [importlib.import_module(f"{package}.{m.name}")
+             for m in pkgutil.iter_modules(random_package.__path__)]
+  found = {}
+  for name in SAMPLERS:
+    theirs = getattr(jax.random, name, None)
+    if theirs is None:
+      continue
+    wanted = set(inspect.signature(theirs).parameters)
+    candidates = {id(fn): fn for fn in (vars(m).get(name) for m in modules)
+                  if inspect.isfunction(fn)
+                  and fn.__module__.startswith(package)
+                  and wanted <= set(inspect.signature(fn).parameters)}
+    if len(candidates) != 1:
+      raise RuntimeError(
+          f"jaxfp8.install(): expected one sampler `{name}` taking "
+          f"jax.random.{name}'s arguments in {package}, found "
+          f"{len(candidates)}")
+    found[name] = next(iter(candidates.values()))
+  return found
+
+
 # ---------------------------------------------------------------------------
 # Reading the dtype of a call.
 
 
-def _narrow_call(sig: inspect.Signature, args, kwargs
-                 ) -> tuple[inspect.BoundArguments, formats.Format] | None:
-  """(arguments with defaults, narrow format) of a call asking for a narrow
-  ``dtype``; None for a wide one, or a call the original will reject with
-  its own error."""
-  try:
-    bound = sig.bind(*args, **kwargs)
-  except TypeError:
-    return None
-  bound.apply_defaults()
-  dtype = bound.arguments.get("dtype")
+def _narrow_format(dtype) -> formats.Format | None:
+  """The narrow format ``dtype`` asks for; None for a wide one, or one the
+  original will reject with its own error."""
   try:
     dtype = None if dtype is None else np.dtype(dtype)
   except TypeError:
     return None
-  if not formats.is_narrow(dtype):
-    return None
-  return bound, formats.get(dtype)
+  return formats.get(dtype) if formats.is_narrow(dtype) else None
 
 
 def _routed(original: Callable, narrow: Callable[..., Any]) -> Callable:
   """``original``'s twin (name, doc, signature): wide calls go to it,
-  narrow ones (while installed) to ``narrow(bound, fmt, caller_frame)``."""
+  narrow ones (while installed) to ``narrow(bound_arguments, fmt)``."""
   sig = inspect.signature(original)
 
   @functools.wraps(original)
   def routed(*args, **kwargs):
-    call = _narrow_call(sig, args, kwargs) if _is_active() else None
-    if call is None:
-      return original(*args, **kwargs)
-    return narrow(*call, sys._getframe(1))  # pylint: disable=protected-access
+    if _is_active():
+      try:
+        bound = sig.bind(*args, **kwargs)
+      except TypeError:
+        bound = None  # the original raises its own error
+      if bound is not None:
+        bound.apply_defaults()
+        fmt = _narrow_format(bound.arguments.get("dtype"))
+        if fmt is not None:
+          return narrow(bound, fmt)
+    return original(*args, **kwargs)
   routed.jaxfp8_original = original
   return routed
 
 
-def _refuse_unholdable(fmt: formats.Format, frame: types.FrameType | None,
-                       what: str) -> None:
-  """TypeError for a format XLA can't hold, requested from Flax or Haiku."""
+def _refuse_unholdable(fmt: formats.Format, what: str, ours_name: str) -> None:
+  """TypeError for an initializer asked for a format XLA can't hold."""
   if fmt.native:
     return
-  while frame is not None:
-    module = frame.f_globals.get("__name__", "")
-    framework = module.split(".")[0]
-    if framework in _FRAMEWORKS:
-      raise TypeError(
-          f"{what} was asked for {fmt.name} parameters from {framework} "
-          f"({module}). The installed JAX/XLA has no {fmt.name} type, so "
-          f"jaxfp8 returns {fmt.name} as jaxfp8.CodeArray (uint8 codes), "
-          f"which {framework} layers can't compute with. Use a format XLA "
-          f"holds for param_dtype (float8_e4m3fn, float8_e5m2, "
-          f"float4_e2m1fn...), or keep float32 parameters and store them "
-          f"with jaxfp8.encode(params, '{fmt.name}').")
-    frame = frame.f_back
+  raise TypeError(
+      f"{what} was asked for {fmt.name} parameters. The installed JAX/XLA "
+      f"has no {fmt.name} type, so jaxfp8 holds {fmt.name} as "
+      f"jaxfp8.CodeArray (uint8 codes), which Flax, Haiku and JAX layers "
+      f"can't compute with. Use a format XLA holds for param_dtype "
+      f"(float8_e4m3fn, float8_e5m2, float4_e2m1fn...), or keep float32 "
+      f"parameters and store them with jaxfp8.encode(params, "
+      f"'{fmt.name}'). For the codes themselves, call {ours_name}.")
 
 
 # ---------------------------------------------------------------------------
@@ -130,7 +168,7 @@ def _refuse_unholdable(fmt: formats.Format, frame: types.FrameType | None,
 
 def _cast_sampler(original: Callable) -> Callable:
   """A jax.random sampler drawn in float32 and rounded once (for samplers
-  jaxfp8.random doesn't have, orthogonal say)."""
+  jaxfp8.random doesn't have)."""
   sig = inspect.signature(original)
 
   @functools.wraps(original)
@@ -142,28 +180,11 @@ def _cast_sampler(original: Callable) -> Callable:
   return sample
 
 
-class _Product:
-  """The answer to a pre-built initializer closure: its ``sample * scale``
-  returns the initializer's result, computed in full by jaxfp8."""
-  __slots__ = ("value",)
-
-  def __init__(self, value):
-    self.value = value
-
-  def __mul__(self, other):
-    del other  # the closure's scale, already rounded: we used the exact one
-    return self.value
-
-
 def _random_shim(original: Callable, replacement: Callable) -> Callable:
   accepted = inspect.signature(replacement).parameters
-  what = f"jax.random.{original.__name__}"
 
-  def narrow(bound, fmt, caller):
-    site = _SITES.get(caller.f_code)
-    if site is not None and caller.f_lasti in site.offsets:
-      return _Product(site.answer(caller, fmt))
-    _refuse_unholdable(fmt, caller, what)
+  def narrow(bound, fmt):
+    del fmt  # in bound.arguments["dtype"]
     # By name: jaxfp8's samplers take jax.random's arguments (an unset
     # option of JAX's that ours lacks is dropped).
     return replacement(**{k: v for k, v in bound.arguments.items()
@@ -171,176 +192,68 @@ def _random_shim(original: Callable, replacement: Callable) -> Callable:
   return _routed(original, narrow)
 
 
-def _routed_init(jax_init: Callable, narrow_init: Callable[[], Callable],
-                 what: str) -> Callable:
-  """An init like ``jax_init``: narrow dtypes go to ``narrow_init()``."""
-  def narrow(bound, fmt, caller):
-    _refuse_unholdable(fmt, caller, what)
-    return narrow_init()(*bound.args, **bound.kwargs)
-  return _routed(jax_init, narrow)
+def _init_shim(original: Callable, replacement: Callable) -> Callable:
+  """``zeros`` / ``ones``: narrow dtypes go to jaxfp8's."""
+  name = original.__name__
+
+  def narrow(bound, fmt):
+    _refuse_unholdable(fmt, f"jax.nn.initializers.{name}",
+                       f"jaxfp8.nn.initializers.{name}")
+    return replacement(*bound.args, **bound.kwargs)
+  return _routed(original, narrow)
 
 
-def _factory_shim(original: Callable, replacement: Callable) -> Callable:
-  what = f"jax.nn.initializers.{original.__name__}"
-
+def _factory_shim(original: Callable) -> Callable:
+  """A factory whose closures are routed (see :func:`_initialize`)."""
   @functools.wraps(original)
   def factory(*args, **kwargs):
-    return _routed_init(original(*args, **kwargs),
-                        lambda: replacement(*args, **kwargs), what)
+    return compat.route_init_closure(original(*args, **kwargs))
   factory.jaxfp8_original = original
   return factory
 
 
-def _init_shim(original: Callable, replacement: Callable) -> Callable:
-  return _routed_init(original, lambda: replacement,
-                      f"jax.nn.initializers.{original.__name__}")
+def _initialize(factory: str, arguments: dict[str, Any], args: tuple,
+                original: Callable[[], Any]):
+  """The answer of a routed ``jax.nn.initializers`` closure of ``factory``
+  holding ``arguments``, called with ``(key, shape, dtype, out_sharding)``:
+  jaxfp8's initializer for a narrow dtype, JAX's own otherwise."""
+  fmt = _narrow_format(args[2]) if _is_active() else None
+  if fmt is None:
+    return original()
+  _refuse_unholdable(fmt, f"A jax.nn.initializers.{factory} initializer",
+                     f"jaxfp8.nn.initializers.{factory}")
+  return getattr(ours, factory)(**arguments)(*args)
 
 
 def _haiku_shim(original: Callable) -> Callable:
   """Haiku ``Initializer.__call__``: narrow formats in float32, rounded once."""
-  def narrow(bound, fmt, caller):
+  def narrow(bound, fmt):
     cls = type(next(iter(bound.arguments.values()))).__name__
-    _refuse_unholdable(fmt, caller, f"haiku.initializers.{cls}")
+    _refuse_unholdable(fmt, f"haiku.initializers.{cls}",
+                       "jaxfp8.nn.initializers")
     bound.arguments["dtype"] = jnp.float32
     return cast(original(*bound.args, **bound.kwargs), fmt)
   return _routed(original, narrow)
 
 
-# ---------------------------------------------------------------------------
-# Pre-built initializer closures.
-
-
-def _returned_times_one_value(code: types.CodeType) -> frozenset[int]:
-  """Bytecode offsets of the calls in ``code`` whose result ``r`` is only used
-  as ``return r * <one expression>``, checked on the stack effects."""
-  instrs = list(dis.get_instructions(code))
-  found = set()
-  for j, ins in enumerate(instrs):
-    if not ins.opname.startswith("CALL"):
-      continue
-    depth = 0  # values pushed above the call's result
-    for i, nxt in enumerate(instrs[j + 1:], start=j + 1):
-      if nxt.opname == "BINARY_OP" and depth == 1:
-        # The scale expression is complete: ``r * <it>`` then return.
-        if (nxt.argrepr == "*" and i + 1 < len(instrs)
-            and instrs[i + 1].opname == "RETURN_VALUE"):
-          # A running frame's f_lasti may point into the call's inline
-          # caches (CPython 3.11+): accept every offset up to the next one.
-          found.update(range(ins.offset, instrs[j + 1].offset))
-        break
-      # Operations inside the scale expression (``jnp.sqrt(3 * variance)``)
-      # act on values pushed after ``r``, never on ``r`` itself.
-      if not (nxt.opname.startswith(("LOAD_", "CALL", "PRECALL"))
-              or nxt.opname in ("KW_NAMES", "PUSH_NULL", "NOP", "CACHE",
-                                "BINARY_OP")):
-        break
-      depth += dis.stack_effect(nxt.opcode, nxt.arg, jump=False)
-      if depth < 0:
-        break
-  return frozenset(found)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Site:
-  """A jax.nn.initializers closure that samples once and scales the sample."""
-  name: str
-  offsets: frozenset[int]
-
-  def answer(self, frame: types.FrameType, fmt: formats.Format):
-    """The closure's result, by jaxfp8's factory of the same name, from the
-    closure's free variables and arguments."""
-    local = frame.f_locals
-    _refuse_unholdable(fmt, frame, f"jax.nn.initializers.{self.name}")
-    args = {v: local[v] for v in frame.f_code.co_freevars}
-    init = getattr(ours, self.name)(**args)
-    return init(local["key"], local["shape"], local["dtype"],
-                local.get("out_sharding"))
-
-
-# One closure of each kind, to learn its code object.
-_SAMPLE_FACTORIES = {
-    "normal": (), "uniform": (), "truncated_normal": (),
-    "variance_scaling": (1.0, "fan_in", "normal"),
-}
-
-
-def _sites(originals: dict[str, Callable]) -> dict[types.CodeType, _Site]:
-  sites = {}
-  for name, args in _SAMPLE_FACTORIES.items():
-    code = getattr(originals[name](*args), "__code__", None)
-    if code is None:
-      continue
-    params = inspect.signature(getattr(ours, name)).parameters
-    usable = (set(code.co_freevars) <= set(params)
-              and {"key", "shape", "dtype"} <= set(code.co_varnames))
-    offsets = _returned_times_one_value(code) if usable else frozenset()
-    if offsets:  # else: plain routing of the sampler, which is still safe
-      sites[code] = _Site(name, offsets)
-  return sites
-
-
-# ---------------------------------------------------------------------------
-# What gets replaced, and where.
-
-
-def _float_samplers(ours_random: frozenset[str]) -> dict[str, Callable]:
-  """jax.random's samplers with a floating ``dtype`` argument."""
-  out = {}
-  for name in dir(jax.random):
-    fn = getattr(jax.random, name, None)
-    if not inspect.isfunction(fn) or name.startswith("_"):
-      continue
-    dtype = inspect.signature(fn).parameters.get("dtype")
-    if dtype is not None and (name in ours_random
-                              or "Float" in str(dtype.annotation)):
-      out[name] = fn
-  return out
-
-
-def _shims() -> tuple[dict[int, Callable], dict[str, Callable]]:
-  """(id of each original -> its shim, the jax.nn.initializers originals)."""
-  from jaxfp8 import random as ours_random  # pylint: disable=g-import-not-at-top
-  public = frozenset(ours_random.__all__)
+def _shims(jax_inits: dict[str, Callable]) -> dict[int, Callable]:
+  """id of each original -> its shim."""
+  samplers = _our_samplers()
   shims: dict[int, Callable] = {}
-  for name, original in _float_samplers(public).items():
-    replacement = (getattr(ours_random, name) if name in public
-                   else _cast_sampler(original))
+  for name, original in compat.float_samplers(samplers).items():
+    replacement = samplers.get(name) or _cast_sampler(original)
     shims[id(original)] = _random_shim(original, replacement)
-  inits = {}
-  for name in ours.FACTORIES + ours.INITIALIZERS:
-    original = getattr(jax.nn.initializers, name)
-    inits[name] = original
+  for name, original in jax_inits.items():
     if id(original) in shims:  # an alias (xavier_normal is glorot_normal)
       continue
-    make = _init_shim if name in ours.INITIALIZERS else _factory_shim
-    shims[id(original)] = make(original, getattr(ours, name))
-  return shims, inits
+    shims[id(original)] = (_init_shim(original, getattr(ours, name))
+                           if name in ours.INITIALIZERS
+                           else _factory_shim(original))
+  return shims
 
 
-def _references(shims: dict[int, Callable]) -> list[tuple[Any, str, Any]]:
-  """Every (module, attribute, original) in JAX, Flax and Haiku."""
-  found = []
-  for mod_name, mod in list(sys.modules.items()):
-    if not mod_name.split(".")[0] in _PREFIXES:
-      continue
-    namespace = getattr(mod, "__dict__", None)
-    if not isinstance(namespace, dict):
-      continue
-    for attr, value in list(namespace.items()):
-      if id(value) in shims and callable(value):
-        found.append((mod, attr, value))
-  return found
-
-
-def _haiku_calls() -> list[tuple[Any, str, Any]]:
-  """(class, "__call__", original) for Haiku's initializer classes."""
-  hk_init = sys.modules.get("haiku._src.initializers")
-  if hk_init is None:
-    return []
-  return [(value, "__call__", vars(value)["__call__"])
-          for value in vars(hk_init).values()
-          if isinstance(value, type) and value.__module__ == hk_init.__name__
-          and "__call__" in vars(value)]
+# ---------------------------------------------------------------------------
+# The public functions.
 
 
 def install() -> None:
@@ -352,9 +265,9 @@ def install() -> None:
   initializer classes. See :func:`installed` for a scoped version.
 
   >>> import jax, jax.numpy as jnp, jaxfp8
+  >>> init = jax.nn.initializers.lecun_normal()  # built before installing
   >>> jaxfp8.install()
-  >>> w = jax.random.truncated_normal(jax.random.key(0), -2, 2, (1000,),
-  ...                                 jnp.float8_e4m3fn)
+  >>> w = init(jax.random.key(0), (64, 64), jnp.float8_e4m3fn)
   >>> bool(jnp.isnan(w.astype(jnp.float32)).any())
   False
   >>> jaxfp8.uninstall()
@@ -362,19 +275,30 @@ def install() -> None:
   with _LOCK:
     if _PATCHES:
       return
-    shims, inits = _shims()
+    jax_inits = {name: getattr(jax.nn.initializers, name)
+                 for name in ours.FACTORIES + ours.INITIALIZERS}
+    kinds, unknown = compat.learn_init_closures(jax_inits)
+    if unknown:
+      warnings.warn(
+          f"jaxfp8.install(): this JAX's jax.nn.initializers closures of "
+          f"{', '.join(unknown)} are not laid out as jaxfp8 expects; their "
+          f"narrow-format samples are jaxfp8's, but their scale is applied "
+          f"in the format (rounded twice).", RuntimeWarning, stacklevel=2)
+    shims = _shims(jax_inits)
     patches = [(owner, attr, original, shims[id(original)])
-               for owner, attr, original in _references(shims)]
-    patches += [(cls, attr, original, _haiku_shim(original))
-                for cls, attr, original in _haiku_calls()]
-    _SITES.update(_sites(inits))
+               for owner, attr, original in compat.references(shims)]
+    patches += [(cls, "__call__", vars(cls)["__call__"],
+                 _haiku_shim(vars(cls)["__call__"]))
+                for cls in compat.haiku_initializer_classes()]
     for owner, attr, original, shim in patches:
       setattr(owner, attr, shim)
       _PATCHES.append((owner, attr, original))
+    compat.route_init_closures(kinds, _initialize)
 
 
 def uninstall() -> None:
-  """Puts back every object :func:`install` replaced (no-op if not installed).
+  """Puts back every object :func:`install` replaced and every closure's
+  code (no-op if not installed).
 
   >>> import jax, jaxfp8
   >>> before = jax.random.normal
@@ -383,14 +307,20 @@ def uninstall() -> None:
   True
   """
   with _LOCK:
+    compat.unroute_init_closures()
     while _PATCHES:
       owner, attr, original = _PATCHES.pop()
       setattr(owner, attr, original)
-    _SITES.clear()
 
 
 def is_installed() -> bool:
-  """Whether :func:`install` is in effect."""
+  """Whether :func:`install` is in effect.
+
+  >>> import jaxfp8
+  >>> with jaxfp8.installed():
+  ...   jaxfp8.is_installed()
+  True
+  """
   return _is_active()
 
 
@@ -417,4 +347,4 @@ def installed() -> Iterator[None]:
       uninstall()
 
 
-__all__ = ["install", "installed", "is_installed", "uninstall"]
+__all__ = ["SAMPLERS", "install", "installed", "is_installed", "uninstall"]

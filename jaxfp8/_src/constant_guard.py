@@ -1,17 +1,17 @@
 """Guards JAX's constant lowering against formats the backend can't hold.
 
 On JAX 0.10 a float6 NumPy constant that reaches ``jit`` lowering aborts the
-whole process with an XLA check failure. After ``import jaxfp8`` the NumPy
-constant handlers first check the dtype: formats the backend holds lower
-unchanged; others raise a ``TypeError`` naming the format and pointing to
-``jaxfp8.encode``.
+whole process with an XLA check failure. ``import jaxfp8`` calls
+:func:`guard_constants`: the NumPy constant handlers first check the dtype;
+formats the backend holds lower unchanged, others raise a ``TypeError``
+naming the format and pointing to ``jaxfp8.encode``.
 """
 from __future__ import annotations
-
 
 from jaxfp8._src import compat
 from jaxfp8._src import formats
 
+# The handlers guard_constants replaced, by array type.
 _ORIGINALS: dict[type, object] = {}
 
 
@@ -38,8 +38,14 @@ def _guarded(original):
   return handler
 
 
-def install() -> None:
-  """Wraps the NumPy constant handlers once (idempotent)."""
+def guard_constants() -> None:
+  """Wraps JAX's NumPy constant handlers in the format check (idempotent).
+
+  >>> import jaxfp8
+  >>> from jaxfp8._src import constant_guard
+  >>> constant_guard.guard_constants(); constant_guard.constants_guarded()
+  True
+  """
   for t in compat.ndarray_constant_types():
     original = compat.get_constant_handler(t)
     if original is None or getattr(original, "jaxfp8_guard", False):
@@ -48,17 +54,18 @@ def install() -> None:
     compat.register_constant_handler(t, _guarded(original))
 
 
-def uninstall() -> None:
-  """Restores JAX's own handlers."""
+def unguard_constants() -> None:
+  """Gives JAX its own constant handlers back."""
   for t, original in _ORIGINALS.items():
     compat.register_constant_handler(t, original)
   _ORIGINALS.clear()
 
 
-def is_installed() -> bool:
+def constants_guarded() -> bool:
+  """Whether every handler :func:`guard_constants` wrapped is still wrapped."""
   return bool(_ORIGINALS) and all(
       getattr(compat.get_constant_handler(t), "jaxfp8_guard", False)
       for t in _ORIGINALS)
 
 
-__all__ = ["install", "uninstall", "is_installed"]
+__all__ = ["constants_guarded", "guard_constants", "unguard_constants"]
