@@ -6,15 +6,15 @@
 17
 """
 from jaxfp8._src.mx import dequantize as dequantize
-from jaxfp8._src.mx import get_format as get_format
-from jaxfp8._src.mx import MX_FORMATS as MX_FORMATS
 from jaxfp8._src.mx import MXArray as MXArray
-from jaxfp8._src.mx import MXFormat as MXFormat
 from jaxfp8._src.mx import quantize as quantize
-from jaxfp8._src.mx import SCALE_MODES as SCALE_MODES
-from jaxfp8._src.mx_matmul import from_scaled as from_scaled
-from jaxfp8._src.mx_matmul import matmul as matmul
-from jaxfp8._src.mx_matmul import to_scaled as to_scaled
+from jaxfp8._src.mx_dot import from_scaled as from_scaled
+from jaxfp8._src.mx_dot import matmul as matmul
+from jaxfp8._src.mx_dot import to_scaled as to_scaled
+from jaxfp8._src.mx_formats import get_format as get_format
+from jaxfp8._src.mx_formats import MX_FORMATS as MX_FORMATS
+from jaxfp8._src.mx_formats import MXFormat as MXFormat
+from jaxfp8._src.mx_quantize import SCALE_MODES as SCALE_MODES
 
 __all__ = [
     "MXArray", "MXFormat", "MX_FORMATS", "SCALE_MODES", "dequantize",

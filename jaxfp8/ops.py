@@ -6,10 +6,10 @@
 Array([[32., 32.],
        [32., 32.]], dtype=float32)
 """
+from jaxfp8._src.kernels.dispatch import dot_general as dot_general
 from jaxfp8._src.kernels.mx_matmul import mx_matmul as mx_matmul
 from jaxfp8._src.kernels.mx_matmul import mx_matmul_reference as mx_matmul_reference
 from jaxfp8._src.kernels.mx_matmul import MXFP8_FORMATS as MXFP8_FORMATS
-from jaxfp8._src.kernels.scaled_matmul import dot_general as dot_general
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul as scaled_matmul
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul_reference as scaled_matmul_reference
 

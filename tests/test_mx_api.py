@@ -367,6 +367,23 @@ def test_dequantize_dtype_errors():
   assert a.dequantize(None).dtype == jnp.float32
 
 
+def test_dequantize_dtype_follows_the_registry():
+  """dtype is read as formats.get_dtype reads it: every alias, no NumPy codes.
+
+  "f4" is NumPy's code for float32 (and "f16" for float128), which the
+  format registry refuses or reads as its own aliases.
+  """
+  a = mx.quantize(jnp.linspace(-3, 3, 64), "mxfp8_e4m3")
+  want = a.dequantize().astype(jnp.bfloat16)
+  for alias in ("bf16", "bfloat16", jnp.bfloat16):
+    out = mx.dequantize(a, alias)
+    assert out.dtype == jnp.bfloat16
+    assert_same_bits(out, want)
+  assert a.dequantize("f16").dtype == jnp.float16
+  with pytest.raises(ValueError, match="`dtype` of `dequantize`"):
+    mx.dequantize(a, "f4")
+
+
 def test_scaled_dot_mxint8_keeps_tiny_and_huge_results():
   # Tiny: a row of small scales keeps its codes (no early flush).
   a = mx.quantize(jnp.full((1, 32), 2.0**-8), "mxfp8_e4m3")

@@ -83,11 +83,28 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return False
 
 
-def _mirror(x: Population, fmt: formats.Format) -> Population:
+def mirror(x: Population, fmt: formats.Format) -> Population:
   """``concatenate([x, -x])``, exactly: the sign bit of the codes flips.
 
-  Done on uint8 codes: XLA on CPU concatenates and negates fp8 arrays through
-  a float16 round trip that costs more than drawing the samples.
+  The antithetic half of a population (:func:`perturbations`), also timed by
+  the ES benchmark. Done on uint8 codes: XLA on CPU concatenates and negates
+  fp8 arrays through a float16 round trip that costs more than drawing the
+  samples.
+
+  Args:
+    x: an array in ``fmt`` (native, or a :class:`jaxfp8.CodeArray`), or a
+      wide float array.
+    fmt: the format of ``x`` (a registry Format).
+
+  Returns:
+    ``x`` followed by ``-x`` along the first axis, of ``x``'s kind; zero of
+    the fnuz formats (which have no -0) stays zero.
+
+  >>> import jax.numpy as jnp
+  >>> from jaxfp8._src import formats
+  >>> mirror(jnp.array([1.5, 0.0], jnp.float8_e4m3fn),
+  ...        formats.get("float8_e4m3fn"))
+  Array([1.5, 0, -1.5, -0], dtype=float8_e4m3fn)
   """
   if isinstance(x, CodeArray):
     codes = x.codes
@@ -107,13 +124,14 @@ def _mirror(x: Population, fmt: formats.Format) -> Population:
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
 def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
                        fmt_name: str, antithetic: bool, method_key: tuple):
-  from jaxfp8 import random as jfrandom  # pylint: disable=g-import-not-at-top
+  # Imported on first trace: importing jaxfp8.es loads no sampler module.
+  from jaxfp8._src.random import continuous  # pylint: disable=g-import-not-at-top
   fmt = formats.get(fmt_name)
   rows = popsize // 2 if antithetic else popsize
   # One draw for all rows, not a vmap over per-row keys: the samplers'
   # batch-level branches (a rare refinement) would become per-row selects.
-  eps = jfrandom.normal(key, (rows, *shape), fmt.dtype, method=method_key[0])
-  return _mirror(eps, fmt) if antithetic else eps
+  eps = continuous.normal(key, (rows, *shape), fmt.dtype, method=method_key[0])
+  return mirror(eps, fmt) if antithetic else eps
 
 
 def perturbations(key: jax.Array, popsize: int, shape: Any,

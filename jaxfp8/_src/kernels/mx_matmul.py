@@ -25,8 +25,10 @@ codes):
   multiplied by two normal factors 2^E1 2^E2 = 2^(ea + eb - 254) built from
   the integer exponent (E1 clamped to float32's normal range, E2 the rest).
 
-Both give the float32 accumulation of exactly scaled block sums; the jnp
-reference uses the exact path.
+Both give the float32 accumulation of exactly scaled block sums. The jnp
+reference, :func:`mx_matmul_reference`, uses the exact path; it is the one
+reference the kernel is tested against (``jaxfp8.mx.matmul`` is ``a @ b`` for
+every MX format, a different op).
 """
 from __future__ import annotations
 

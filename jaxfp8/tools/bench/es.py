@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
   normal32 = jax.jit(lambda k: jax.random.normal(k, (pop, n)))
   cast = jax.jit(lambda k: to_fmt(jax.random.normal(k, (pop, n))))
   # The strongest antithetic baseline: cast half, mirror the codes.
-  cast_anti = jax.jit(lambda k: es._mirror(  # pylint: disable=protected-access
+  cast_anti = jax.jit(lambda k: es.mirror(
       to_fmt(jax.random.normal(k, (half, n))), fmt))
   cand32 = jax.jit(lambda k: (mean + 0.1 * jax.random.normal(k, (pop, n))))
   cand_cast = jax.jit(

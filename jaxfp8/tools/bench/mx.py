@@ -15,7 +15,7 @@ import platform
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src import mx
+from jaxfp8 import mx
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 

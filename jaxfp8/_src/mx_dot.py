@@ -1,6 +1,12 @@
-"""Matmul on MX arrays (the reference the Pallas kernels are tested against),
-and converters to and from the operand layouts of ``jax.lax.scaled_dot`` and
-``jax.nn.scaled_matmul``.
+"""``a @ b`` on MX arrays (:func:`matmul`, ``jaxfp8.mx.matmul``), and converters
+to and from the operand layouts of ``jax.lax.scaled_dot`` and
+``jax.nn.scaled_matmul`` (:func:`to_scaled`, :func:`from_scaled`).
+
+:func:`matmul` follows ``jnp.matmul`` (``a`` blocked along its last axis,
+``b`` along its second to last) and takes any MX format, on any backend. The
+Pallas kernel ``jaxfp8.ops.mx_matmul`` (``a @ b.T``, mxfp8 only) lives in
+:mod:`jaxfp8._src.kernels.mx_matmul`, with the one reference it is tested
+against, ``mx_matmul_reference``.
 
 Both JAX ops take the elements as a native narrow array and one scale per
 block along the contracting axis, in a scale array of the same rank whose
@@ -21,16 +27,18 @@ import numpy as np
 from jaxfp8._src import compat
 from jaxfp8._src import mx as _mx
 from jaxfp8._src import mx_pack
+from jaxfp8._src import mx_quantize
 from jaxfp8._src import validate
+from jaxfp8._src.mx_formats import get_format
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _native_elements(data, fmt_name: str, axis: int):
-  fmt = _mx.get_format(fmt_name)
+  fmt = get_format(fmt_name)
   if fmt.bits == 8:
     return data
   codes = mx_pack.unpack(jnp.moveaxis(data, axis, -1), fmt.bits)
-  values = _mx._element_values(codes, fmt)  # pylint: disable=protected-access
+  values = mx_quantize.element_values(codes, fmt)
   return jnp.moveaxis(values.astype(fmt.dtype), -1, axis)
 
 
@@ -100,7 +108,7 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
   True
   """
   fn = "from_scaled"
-  mx = _mx.get_format(fmt, fn=fn)
+  mx = get_format(fmt, fn=fn)
   validate.check_array(elements, "elements", fn)
   validate.check_array(scales, "scales", fn)
   elements, scales = jnp.asarray(elements), jnp.asarray(scales)
@@ -108,8 +116,7 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
     raise ValueError(f"`elements` and `scales` arguments to `{fn}` must have "
                      f"the same rank >= 1, got shapes {elements.shape} and "
                      f"{scales.shape}")
-  ax = _mx._check_axis(  # pylint: disable=protected-access
-      axis, elements.ndim, fn)
+  ax = _mx.check_axis(axis, elements.ndim, fn=fn)
   n, nb = elements.shape[ax], scales.shape[ax]
   other = [d for i, d in enumerate(elements.shape) if i != ax % elements.ndim]
   other_s = [d for i, d in enumerate(scales.shape) if i != ax % scales.ndim]
@@ -126,9 +133,9 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
     raise TypeError(f"`elements` argument to `{fn}` must be {mx.dtype} for "
                     f"{mx.name}, got {elements.dtype}")
   if mx.bits < 8:
-    codes = _mx._element_codes(  # pylint: disable=protected-access
+    codes = mx_quantize.element_codes(
         lax.bitcast_convert_type(jnp.moveaxis(elements, ax, -1).astype(
-            jnp.float32), jnp.uint32), None, mx, "nearest")
+            jnp.float32), jnp.uint32), mx, rounding="nearest")
     elements = jnp.moveaxis(mx_pack.pack(codes, mx.bits), -1, ax)
   tensor_scale = _check_tensor_scale(tensor_scale, mx, elements.shape, ax)
   return _mx.MXArray(elements, scales, mx, axis=ax, length=n,
@@ -194,7 +201,7 @@ def _check_operand(x, name: str, blocked_axis: int):
 def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
            method: Literal["dequantize", "scaled_dot"] = "dequantize"
            ) -> jax.Array:
-  """``a @ b`` for MX operands (``jnp.matmul`` semantics), the reference path.
+  """``a @ b`` for MX operands (``jnp.matmul`` semantics), any MX format.
 
   Args:
     a: :class:`MXArray` of shape (..., M, K) blocked along K (``axis=-1``),

@@ -1,0 +1,70 @@
+"""``dot_general`` for fp8 operands, dispatched to the Pallas kernel.
+
+``jaxfp8.ops.dot_general`` takes ``jax.lax.dot_general``'s arguments and sends
+the products the fp8 kernel can take (two fp8 operands, no batch dimensions,
+a kernel output dtype, the kernel available) to
+:func:`jaxfp8._src.kernels.scaled_matmul.scaled_matmul`, laid out K-major;
+everything else goes to ``lax.dot_general`` itself.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
+
+
+def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
+                precision: Any = None, preferred_element_type: Any = None, *,
+                interpret: bool | None = None) -> jax.Array:
+  """``lax.dot_general`` that runs fp8 products through :func:`scaled_matmul`.
+
+  Same arguments and result as ``jax.lax.dot_general``. When both operands
+  are float8_e4m3fn / float8_e5m2, there are no batch dimensions and the
+  kernel runs (on a GPU, or with ``interpret=True``), the operands are laid
+  out K-major as (M, K) and (N, K) and multiplied by the kernel with float32
+  accumulation; the result is reshaped to dot_general's (lhs kept, rhs kept)
+  axes (``precision=HIGHEST`` selects the kernel's bfloat16 MMA). Everything
+  else, including ``interpret=None`` off GPU, is ``lax.dot_general`` itself.
+  ``preferred_element_type`` defaults to float32 for fp8 operands.
+
+  >>> import jax.numpy as jnp
+  >>> x = jnp.ones((2, 3, 32), jnp.float8_e4m3fn)
+  >>> w = jnp.ones((32, 5), jnp.float8_e4m3fn)
+  >>> dot_general(x, w, (((2,), (0,)), ((), ())), interpret=True).shape
+  (2, 3, 5)
+  """
+  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
+  fp8 = (np.dtype(lhs.dtype) in common.FP8_DTYPES
+         and np.dtype(rhs.dtype) in common.FP8_DTYPES)
+  if preferred_element_type is None and fp8:
+    preferred_element_type = jnp.float32
+  try:  # a DotAlgorithm or other lax-only precision: lax.dot_general's
+    widen = common.widen_to_bf16(precision, "dot_general")
+    precision_ok = True
+  except ValueError:
+    precision_ok = False
+  use_kernel = (
+      fp8 and not l_bat and not r_bat and precision_ok
+      and np.dtype(preferred_element_type) in common.OUT_DTYPES
+      and common.resolve_mode(interpret, "dot_general") != "reference")
+  if not use_kernel:
+    return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                           preferred_element_type=preferred_element_type)
+  l_con, r_con = tuple(int(d) for d in l_con), tuple(int(d) for d in r_con)
+  l_kept = [d for d in range(lhs.ndim) if d not in l_con]
+  r_kept = [d for d in range(rhs.ndim) if d not in r_con]
+  k = int(np.prod([lhs.shape[d] for d in l_con], dtype=np.int64))
+  out_shape = tuple(lhs.shape[d] for d in l_kept) + tuple(
+      rhs.shape[d] for d in r_kept)
+  a = jnp.transpose(lhs, (*l_kept, *l_con)).reshape(-1, k)
+  b = jnp.transpose(rhs, (*r_kept, *r_con)).reshape(-1, k)
+  out = scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
+                      interpret=interpret,
+                      precision=lax.Precision.HIGHEST if widen else None)
+  return out.reshape(out_shape)
