@@ -10,13 +10,15 @@ delayed (:class:`jaxfp8.policy.DelayedScaling` state).
 Delayed-scaling state is an argument of the ``custom_vjp``; its "gradient" is
 the next state (input and kernel amaxes are recorded forward, the output
 gradient's backward). This is Flax's *overwrite with gradient* convention:
-the Flax modules below keep the state in the ``_overwrite_with_gradient``
-collection, which ``flax.training.train_state.TrainState`` replaces with its
-gradient instead of handing it to the optimizer. A state used by two calls in
-one step would receive the sum of two states: give each call its own.
+the Flax modules (:mod:`jaxfp8._src.fp8_flax`) keep the state in the
+``_overwrite_with_gradient`` collection, which
+``flax.training.train_state.TrainState`` replaces with its gradient instead
+of handing it to the optimizer. A state used by two calls in one step would
+receive the sum of two states: give each call its own.
 
-Every product of narrow operands goes through :func:`_matmul`, the one place
-to swap in a hand-written kernel.
+This module is the op alone and imports no framework. Every product of
+narrow operands goes through :func:`_matmul`, the one place to swap in a
+hand-written kernel.
 """
 from __future__ import annotations
 
@@ -33,15 +35,12 @@ from jaxfp8._src import formats
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
-from jaxfp8._src.kernels import scaled_matmul as kernels_scaled_matmul
-from jaxfp8._src import scaling
-from jaxfp8._src.scaling import _quantize_raw
+from jaxfp8._src.kernels import dispatch as kernels_dispatch
 from jaxfp8._src import rounding
+from jaxfp8._src import scaling
 from jaxfp8._src.scaling import amax
 from jaxfp8._src.scaling import CurrentScaling
 from jaxfp8._src.scaling import DelayedScaling
-
-OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
 
 DimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
                          tuple[Sequence[int], Sequence[int]]]
@@ -64,7 +63,7 @@ def _matmul(lhs_q, rhs_q, dimension_numbers) -> jax.Array:
     a, b = a.astype(jnp.float32), b.astype(jnp.float32)
   # On a GPU, fp8 x fp8 products run in jaxfp8's Pallas kernel; elsewhere
   # (and for batched or wide operands) this is lax.dot_general itself.
-  return kernels_scaled_matmul.dot_general(
+  return kernels_dispatch.dot_general(
       a, b, dimension_numbers, preferred_element_type=jnp.float32)
 
 
@@ -123,11 +122,16 @@ def _scaled_dot(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
                          static)[0]
 
 
-def _quantize_operand(x, scaling):
+def _quantize_operand(x, scaler):
+  """(narrow ``x / scale``, scale, next scaling state) for ``x``.
+
+  Called inside the ``custom_vjp`` only, so ``round_to``'s straight-through
+  rule never applies: the backward pass is written out below.
+  """
   x32 = x.astype(jnp.float32)
-  scale = scaling.scale_for(x32)
-  return _quantize_raw(x32, formats.get(scaling.format), scale), scale, (
-      scaling.update(amax(x32)))
+  scale = scaler.scale_for(x32)
+  return (rounding.round_to(x32 / scale, scaler.format), scale,
+          scaler.update(amax(x32)))
 
 
 def _to_dtype(x: jax.Array, dtype: np.dtype) -> jax.Array:
@@ -168,7 +172,8 @@ def _check_scaling(s, arg: str, default: str):
     return s
   if isinstance(s, (str, formats.Format)) or hasattr(s, "dtype") or (
       isinstance(s, type)):
-    return CurrentScaling(scaling.signed_format(s, arg, "fp8_dot_general"))
+    return CurrentScaling(scaling.signed_format(s, arg=arg,
+                                                fn="fp8_dot_general"))
   raise TypeError(f"`{arg}` argument to `fp8_dot_general` must be a format, "
                   f"CurrentScaling or DelayedScaling, got {type(s).__name__}")
 
@@ -264,6 +269,11 @@ def fp8_dot_general_reference(lhs, rhs, dimension_numbers, *,
   """Current-scaled forward in plain jnp (dequantize, then float32 dot).
 
   The value :func:`fp8_dot_general` must match (up to summation order).
+
+  >>> x = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+  >>> fp8_dot_general_reference(x, x, (((1,), (0,)), ((), ())))
+  Array([[ 6.714..., 10.000...],
+         [14.285..., 21.714...]], dtype=float32)
   """
   del kwargs
   ops = []
@@ -274,173 +284,19 @@ def fp8_dot_general_reference(lhs, rhs, dimension_numbers, *,
                          precision=lax.Precision.HIGHEST)
 
 
-# -- Flax ------------------------------------------------------------------------
-
-_ROLES = ("input", "kernel", "output_grad")
-
-
-def _flax_linen():
-  from flax import linen as nn  # pylint: disable=g-import-not-at-top
-  return nn
-
-
-def _flax_nnx():
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  return nnx
-
-
-@functools.lru_cache(maxsize=None)
-def _linen_class():
-  nn = _flax_linen()
-
-  class Fp8DotGeneral(nn.Module):
-    """fp8 ``dot_general`` as a linen module: ``nn.Dense(dot_general_cls=...)``.
-
-    With ``scaling="delayed"`` the amax histories and scales of the input,
-    kernel and output gradient live in the ``_overwrite_with_gradient``
-    collection (Flax's names: ``input_amax_history``, ``input_scale``...).
-
-    Attributes:
-      fwd_format: format of the input and the kernel (default e4m3).
-      bwd_format: format of the output gradient (default e5m2).
-      scaling: ``"current"`` or ``"delayed"``.
-      history_length, reduction: delayed-scaling settings.
-      margin, power_of_two: scale settings (see ``compute_scale``).
-    """
-    fwd_format: Any = "float8_e4m3fn"
-    bwd_format: Any = "float8_e5m2"
-    scaling: str = "delayed"
-    history_length: int = 16
-    reduction: str = "max"
-    margin: int = 0
-    power_of_two: bool = False
-
-    @nn.compact
-    def __call__(self, lhs, rhs, dimension_numbers, precision=None,
-                 preferred_element_type=None, **kwargs):
-      fwd, bwd = _check_formats(self.fwd_format, self.bwd_format,
-                                "Fp8DotGeneral")
-      fmts = (fwd, fwd, bwd)
-      if _check_mode(self.scaling, "Fp8DotGeneral") == "current":
-        states = [CurrentScaling(f, self.margin, self.power_of_two)
-                  for f in fmts]
-      else:
-        states = []
-        for role, fmt in zip(_ROLES, fmts):
-          fresh = DelayedScaling.create(
-              fmt, history_length=self.history_length,
-              reduction=self.reduction, margin=self.margin,
-              power_of_two=self.power_of_two)
-          hist = self.variable(OVERWRITE_WITH_GRADIENT,
-                               f"{role}_amax_history",
-                               lambda f=fresh: f.amax_history)
-          scale = self.variable(OVERWRITE_WITH_GRADIENT, f"{role}_scale",
-                                lambda f=fresh: f.scale)
-          states.append(dataclasses.replace(
-              fresh, amax_history=hist.value, scale=scale.value))
-      return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
-                             preferred_element_type, lhs_scaling=states[0],
-                             rhs_scaling=states[1], grad_scaling=states[2])
-
-  return Fp8DotGeneral
-
-
-def _check_formats(fwd: Any, bwd: Any, fn: str) -> tuple[str, str]:
-  return (scaling.signed_format(fwd, "fwd_format", fn).name,
-          scaling.signed_format(bwd, "bwd_format", fn).name)
-
-
-def _check_mode(mode: str, fn: str) -> str:
-  if mode not in ("current", "delayed"):
-    raise ValueError(f"`scaling` argument to `{fn}` must be 'current' or "
-                     f"'delayed', got {mode!r}")
-  return mode
-
-
-@functools.lru_cache(maxsize=None)
-def _nnx_classes():
-  nnx = _flax_nnx()
-
-  class Fp8State(nnx.Variable):
-    """Delayed-scaling state: replace it with its gradient after each step."""
-
-  class Fp8DotGeneral(nnx.Module):
-    """fp8 ``dot_general`` as an nnx module: ``nnx.Linear(dot_general=...)``.
-
-    Pass an instance (not the class) so its state lives in the model. With
-    ``scaling="delayed"`` the state is :class:`Fp8State` variables; take the
-    gradient with respect to them too (``nnx.DiffState(0, (nnx.Param,
-    Fp8State))``) and write it back with :func:`nnx_apply_fp8_state`.
-    """
-
-    def __init__(self, *args, fwd_format: Any = "float8_e4m3fn",
-                 bwd_format: Any = "float8_e5m2", scaling: str = "delayed",
-                 history_length: int = 16, reduction: str = "max",
-                 margin: int = 0, power_of_two: bool = False, **unexpected):
-      fn = "NnxFp8DotGeneral"
-      if args or unexpected:
-        # What nnx.Linear does when handed the class instead of an instance.
-        raise TypeError(
-            f"`{fn}` takes keyword options only, got "
-            f"{len(args)} positional and {sorted(unexpected)} keyword "
-            f"arguments: pass an instance, nnx.Linear(..., "
-            f"dot_general={fn}()), not the class")
-      self.mode = _check_mode(scaling, fn)
-      fwd, bwd = _check_formats(fwd_format, bwd_format, fn)
-      self.formats = (fwd, fwd, bwd)
-      self.reduction, self.margin = reduction, margin
-      self.power_of_two = bool(power_of_two)
-      if self.mode == "delayed":
-        for role, fmt in zip(_ROLES, self.formats):
-          fresh = DelayedScaling.create(fmt, history_length=history_length,
-                                        reduction=reduction, margin=margin,
-                                        power_of_two=power_of_two)
-          setattr(self, f"{role}_amax_history", Fp8State(fresh.amax_history))
-          setattr(self, f"{role}_scale", Fp8State(fresh.scale))
-
-    def __call__(self, lhs, rhs, dimension_numbers, precision=None,
-                 preferred_element_type=None, **kwargs):
-      if self.mode == "current":
-        states = [CurrentScaling(f, self.margin, self.power_of_two)
-                  for f in self.formats]
-      else:
-        states = [
-            DelayedScaling(getattr(self, f"{role}_amax_history")[...],
-                           getattr(self, f"{role}_scale")[...], fmt,
-                           self.reduction, self.margin, self.power_of_two)
-            for role, fmt in zip(_ROLES, self.formats)]
-      return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
-                             preferred_element_type, lhs_scaling=states[0],
-                             rhs_scaling=states[1], grad_scaling=states[2])
-
-  return Fp8State, Fp8DotGeneral
-
-
-def __getattr__(name: str):
-  # Flax is optional: its classes are built on first use.
-  if name == "Fp8DotGeneral":
-    return _linen_class()
-  if name == "NnxFp8DotGeneral":
-    return _nnx_classes()[1]
-  if name == "Fp8State":
-    return _nnx_classes()[0]
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def nnx_apply_fp8_state(model: Any, grads: Any) -> Any:
-  """Writes the delayed-scaling state found in ``grads`` into ``model``.
-
-  Returns the remaining gradients (the parameters'), for the optimizer.
-  """
-  nnx = _flax_nnx()
-  fp8_state_cls = _nnx_classes()[0]
-  state, rest = grads.split(fp8_state_cls, ...)
-  nnx.update(model, state)
-  return rest
+# The linen collection that holds delayed-scaling state; Flax's TrainState
+# replaces a variable of this collection by its "gradient" (the next state).
+OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
 
 
 def split_overwrite_with_gradient(variables: Any) -> tuple[Any, Optional[Any]]:
-  """``(params part, state part)`` of a linen variables dict or its gradient."""
+  """``(params part, state part)`` of a linen variables dict or its gradient.
+
+  >>> split_overwrite_with_gradient({"params": 1, OVERWRITE_WITH_GRADIENT: 2})
+  ({'params': 1}, 2)
+  >>> split_overwrite_with_gradient({"params": 1})
+  ({'params': 1}, None)
+  """
   if isinstance(variables, dict) or hasattr(variables, "keys"):
     if OVERWRITE_WITH_GRADIENT in variables:
       rest = {k: v for k, v in variables.items()

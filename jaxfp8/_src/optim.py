@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 
 from jaxfp8._src import formats
@@ -68,23 +67,6 @@ def _check_params(params, fn: str) -> None:
                         f"format, no zero or sign) can't be updated")
 
 
-def _stochastic_bf16(x, rand):
-  """float32 -> bfloat16, rounding up with probability of the dropped fraction.
-
-  Adding 16 random bits below the kept ones and truncating is exact stochastic
-  rounding of the magnitude; results past the bfloat16 max saturate, and so
-  do infinities (as :func:`jaxfp8.cast` does); NaN stays NaN.
-  """
-  bits = lax.bitcast_convert_type(x, jnp.uint32)
-  finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
-  rounded = (bits + (rand >> 16)) & np.uint32(0xFFFF0000)
-  rounded = jnp.where(finite, rounded, bits)
-  y = lax.bitcast_convert_type(rounded, jnp.float32)
-  bf_max = float(jnp.finfo(jnp.bfloat16).max)
-  y = jnp.where(~jnp.isfinite(y) & ~jnp.isnan(x), jnp.sign(x) * bf_max, y)
-  return y.astype(jnp.bfloat16)
-
-
 def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> Any:
   """Rounds float32 ``x`` into ``dtype`` (a narrow format or bfloat16),
   stochastically and saturating.
@@ -106,10 +88,10 @@ def stochastic_round(x: Any, dtype: Any, key: jax.Array) -> Any:
 
 
 def _round_into(x32, rand, dtype: np.dtype):
-  if dtype == jnp.bfloat16:
-    return _stochastic_bf16(x32, rand)
+  """Stochastic, saturating rounding of float32 ``x32`` into ``dtype`` (a
+  narrow format or bfloat16): the rounding core's, which keeps NaN."""
   fmt = formats.get(dtype)
-  if not fmt.narrow:
+  if not (fmt.narrow or fmt.dtype == jnp.bfloat16):
     raise NotImplementedError(f"no stochastic rounding into {fmt.name}")
   return rounding.round_to(x32, fmt, rounding="stochastic", rand=rand)
 

@@ -24,8 +24,6 @@ from jaxfp8._src.codes import encode_numpy
 
 T = TypeVar("T")
 
-# jmp accepts float64 too; the registry holds formats up to float32.
-_EXTRA_NAMES = {"float64": np.dtype(np.float64), "f64": np.dtype(np.float64)}
 _KEYS = {"p": "param_dtype", "params": "param_dtype",
          "c": "compute_dtype", "compute": "compute_dtype",
          "o": "output_dtype", "output": "output_dtype"}
@@ -34,26 +32,15 @@ _ROLES = {"param_dtype": "params", "compute_dtype": "compute",
 
 
 def _valid_names() -> str:
-  return ", ".join((*formats.all_names(), *_EXTRA_NAMES))
+  return ", ".join((*formats.all_names(), "float64", "f64"))
 
 
 def _parse_dtype(value: Any, *, arg: str, fn: str) -> np.dtype:
-  """A dtype from a registry name/alias, jmp name, dtype or Format."""
-  if value is None:
-    raise TypeError(f"`{arg}` argument to `{fn}` must be a dtype or format "
-                    f"name, got None")
-  if value is float:  # JAX's default float, as jnp.dtype(float) reads it
-    value = jnp.result_type(float)
-  if isinstance(value, str) and value.strip().lower() in _EXTRA_NAMES:
-    return _EXTRA_NAMES[value.strip().lower()]
-  if not isinstance(value, (str, formats.Format)):
-    try:
-      if np.dtype(value) == np.float64:
-        return np.dtype(np.float64)
-    except TypeError:
-      pass
+  """A policy dtype: :func:`formats.get_dtype`'s rule (registry names and
+  aliases, jmp's ``full``/``half``/``float``, dtypes, Formats, Python
+  ``float`` and float64); an unknown name lists the valid ones."""
   try:
-    return formats.get(value, arg=arg, fn=fn).dtype
+    return formats.get_dtype(value, arg=arg, fn=fn)
   except (TypeError, ValueError) as e:
     if isinstance(value, str):
       raise ValueError(

@@ -1,4 +1,4 @@
-"""Per-tensor scaling into narrow formats, and loss scaling.
+"""Per-tensor scaling into narrow formats: amax, scales, quantize.
 
 A narrow format covers a small range (e4m3: 2^-9 .. 448), so a tensor is
 divided by a *scale* before the cast and multiplied by it after:
@@ -17,13 +17,13 @@ already on the format's grid stay there.
 
 Both are pytrees with the same methods (``format``, ``scale_for``,
 ``update``, ``quantize``), so code that takes one takes the other.
-Loss scaling (:class:`DynamicLossScale` and friends) follows jmp's classes
-field for field and converts to and from them.
+Loss scaling (jmp's ``DynamicLossScale`` and friends) is another job: it
+lives in :mod:`jaxfp8._src.loss_scaling`.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, Union
 
 import jax
 import jax.numpy as jnp
@@ -31,13 +31,9 @@ import numpy as np
 
 from jaxfp8._src import formats
 from jaxfp8._src import validate
-from jaxfp8._src import rounding
 from jaxfp8._src.cast import cast
 from jaxfp8._src.codes import as_float32
-from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
-
-T = TypeVar("T")
 
 REDUCTIONS: tuple[str, ...] = ("max", "most_recent", "mean")
 # Scales are kept at or above the smallest normal float32: XLA on CPU flushes
@@ -47,9 +43,25 @@ _MAX_SCALE = float(np.finfo(np.float32).max)
 _MAX_MARGIN = 126
 
 
-def signed_format(fmt: Any, arg: str, fn: str) -> formats.Format:
-  """A signed narrow format, else an error naming ``arg``: E8M0 holds scales
-  (no zero, no sign), not scaled tensors."""
+def signed_format(fmt: Any, *, arg: str, fn: str) -> formats.Format:
+  """The signed narrow format ``fmt`` names, for a scaled tensor.
+
+  Package-internal: every function taking the format of a scaled tensor
+  reads it here (this module, the fp8 ``dot_general`` and its Flax modules),
+  so they accept the same names and refuse the same formats.
+
+  Args:
+    fmt: a name, alias, dtype or Format.
+    arg: argument name used in error messages.
+    fn: function name used in error messages.
+
+  Raises:
+    TypeError, ValueError: as :func:`jaxfp8.formats.get`, or ValueError for
+      float8_e8m0fnu, which holds scales (no zero, no sign), not tensors.
+
+  >>> signed_format("e4m3", arg="fmt", fn="f").name
+  'float8_e4m3fn'
+  """
   f = formats.get_narrow(fmt, arg=arg, fn=fn)
   if not f.signed:
     raise ValueError(f"`{arg}` argument to `{fn}` must be a signed format for "
@@ -92,7 +104,7 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   Array(2., dtype=float32)
   """
   fn = "compute_scale"
-  fmt = signed_format(fmt, "fmt", fn)
+  fmt = signed_format(fmt, arg="fmt", fn=fn)
   margin = _check_margin(margin, fn)
   a = jnp.asarray(amax_value, jnp.float32)
   # Divide, then shift by the margin exactly: no overflowing factor.
@@ -117,7 +129,7 @@ def quantize(x: Any, fmt: formats.FormatLike, scale: Any) -> Any:
   >>> quantize(jnp.array([1.0, 900.0]), "e4m3", 2.0)
   Array([0.5, 448], dtype=float8_e4m3fn)
   """
-  fmt = signed_format(fmt, "fmt", "quantize")
+  fmt = signed_format(fmt, arg="fmt", fn="quantize")
   return cast(as_float32(x) / jnp.asarray(scale, jnp.float32), fmt)
 
 
@@ -129,15 +141,6 @@ def dequantize(q: Any, scale: Any, dtype: Any = jnp.float32) -> jax.Array:
   """
   return (decode(q, jnp.float32) * jnp.asarray(scale, jnp.float32)).astype(
       dtype)
-
-
-def _quantize_raw(x32, fmt: formats.Format, scale):
-  """Saturating nearest cast of ``x32 / scale`` with no gradient rule.
-
-  For use inside custom derivative rules; returns the narrow array (native
-  formats) or its uint8 codes wrapped as a CodeArray.
-  """
-  return rounding.round_to(x32 / scale, fmt)
 
 
 def _check_margin(margin: Any, fn: str) -> int:
@@ -175,7 +178,7 @@ class CurrentScaling:
   power_of_two: bool = False
 
   def __post_init__(self):
-    fmt = signed_format(self.format, "format", "CurrentScaling")
+    fmt = signed_format(self.format, arg="format", fn="CurrentScaling")
     object.__setattr__(self, "power_of_two", bool(self.power_of_two))
     object.__setattr__(self, "format", fmt.name)
     object.__setattr__(self, "margin", _check_margin(self.margin,
@@ -245,7 +248,7 @@ class DelayedScaling:
   power_of_two: bool = False
 
   def __post_init__(self):
-    fmt = signed_format(self.format, "format", "DelayedScaling")
+    fmt = signed_format(self.format, arg="format", fn="DelayedScaling")
     object.__setattr__(self, "power_of_two", bool(self.power_of_two))
     object.__setattr__(self, "format", fmt.name)
     if not callable(self.reduction):
@@ -331,191 +334,3 @@ class DelayedScaling:
 
 
 Scaling = Union[CurrentScaling, DelayedScaling]
-
-
-# -- loss scaling: jmp's classes, field for field --------------------------------
-
-def _is_float(x) -> bool:
-  return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
-
-
-def _scale_tree(tree: T, factor) -> T:
-  """Multiplies floating leaves by ``factor`` in float32, keeping dtypes."""
-  def one(x):
-    if isinstance(x, CodeArray):
-      return cast(decode(x) * factor, x.format)
-    if not _is_float(x):
-      return x
-    if formats.is_narrow(x.dtype):
-      return cast(x.astype(jnp.float32) * factor, x.dtype)
-    return (x * jnp.asarray(factor, jnp.float32)).astype(x.dtype)
-  return jax.tree_util.tree_map(one, tree,
-                                is_leaf=lambda x: isinstance(x, CodeArray))
-
-
-def all_finite(tree: Any) -> jax.Array:
-  """Whether every floating leaf of ``tree`` is finite (a bool scalar).
-
-  >>> all_finite({"a": jnp.ones(2), "b": jnp.array([1.0, jnp.inf])})
-  Array(False, dtype=bool)
-  """
-  leaves = [decode(x) if isinstance(x, CodeArray) else x
-            for x in jax.tree_util.tree_leaves(
-                tree, is_leaf=lambda x: isinstance(x, CodeArray))]
-  checks = [jnp.isfinite(x.astype(jnp.float32)).all() for x in leaves
-            if _is_float(x)]
-  return jnp.stack(checks).all() if checks else jnp.array(True)
-
-
-@jax.tree_util.register_pytree_node_class
-@dataclasses.dataclass(frozen=True)
-class NoOpLossScale:
-  """No loss scaling (``jmp.NoOpLossScale``)."""
-
-  @property
-  def loss_scale(self):
-    return 1
-
-  def scale(self, tree: T) -> T:
-    return tree
-
-  def unscale(self, tree: T) -> T:
-    return tree
-
-  def adjust(self, grads_finite: Any) -> NoOpLossScale:
-    del grads_finite
-    return self
-
-  def tree_flatten(self):
-    return (), None
-
-  @classmethod
-  def tree_unflatten(cls, aux, children):
-    del aux, children
-    return cls()
-
-  def to_jmp(self):
-    import jmp  # pylint: disable=g-import-not-at-top
-    return jmp.NoOpLossScale()
-
-
-@jax.tree_util.register_pytree_node_class
-@dataclasses.dataclass(frozen=True)
-class StaticLossScale:
-  """A fixed loss scale (``jmp.StaticLossScale``); narrow leaves saturate."""
-
-  loss_scale: Any
-
-  def scale(self, tree: T) -> T:
-    return _scale_tree(tree, self.loss_scale)
-
-  def unscale(self, tree: T) -> T:
-    return _scale_tree(tree, 1 / jnp.asarray(self.loss_scale, jnp.float32))
-
-  def adjust(self, grads_finite: Any) -> StaticLossScale:
-    del grads_finite
-    return self
-
-  def tree_flatten(self):
-    return (self.loss_scale,), None
-
-  @classmethod
-  def tree_unflatten(cls, aux, children):
-    del aux
-    return cls(children[0])
-
-  def to_jmp(self):
-    import jmp  # pylint: disable=g-import-not-at-top
-    return jmp.StaticLossScale(self.loss_scale)
-
-
-@jax.tree_util.register_pytree_node_class
-@dataclasses.dataclass(frozen=True)
-class DynamicLossScale:
-  """jmp's dynamic loss scale, with the same fields, pytree and rule.
-
-  Every ``period`` steps with finite gradients the scale grows by ``factor``;
-  non-finite gradients shrink it by ``factor`` (not below
-  ``min_loss_scale``) and restart the count. ``scale``/``unscale`` touch
-  floating leaves only and keep their dtype (narrow leaves are rescaled in
-  float32 and cast back, saturating).
-
-  >>> ls = DynamicLossScale(jnp.float32(2.0**15), period=2)
-  >>> ls = ls.adjust(jnp.array(True)).adjust(jnp.array(True))
-  >>> ls.loss_scale
-  Array(65536., dtype=float32)
-  >>> ls.adjust(jnp.array(False)).loss_scale
-  Array(32768., dtype=float32)
-  """
-
-  loss_scale: Any
-  counter: Any = dataclasses.field(
-      default_factory=lambda: np.zeros([], np.int32))
-  period: int = 2000
-  factor: int = 2
-  min_loss_scale: Any = dataclasses.field(
-      default_factory=lambda: np.ones([], np.float32))
-
-  def scale(self, tree: T) -> T:
-    return _scale_tree(tree, self.loss_scale)
-
-  def unscale(self, tree: T) -> T:
-    return _scale_tree(tree, 1 / jnp.asarray(self.loss_scale, jnp.float32))
-
-  def tree_flatten(self):
-    return ((self.loss_scale, self.counter, self.min_loss_scale),
-            (self.period, self.factor))
-
-  @classmethod
-  def tree_unflatten(cls, aux, children):
-    loss_scale, counter, min_loss_scale = children
-    return cls(loss_scale, counter, aux[0], aux[1], min_loss_scale)
-
-  def adjust(self, grads_finite: Any) -> DynamicLossScale:
-    """The next state given whether this step's gradients were finite."""
-    grads_finite = jnp.asarray(grads_finite)
-    if grads_finite.ndim != 0:
-      raise ValueError("`grads_finite` argument to `DynamicLossScale.adjust` "
-                       f"must be a scalar, got shape {grads_finite.shape}")
-    scale = jnp.asarray(self.loss_scale)
-    grown = scale * self.factor
-    grown = jnp.where(jnp.isfinite(grown), grown, scale)
-    loss_scale = jnp.where(
-        grads_finite,
-        jnp.where(self.counter == self.period - 1, grown, scale),
-        jnp.maximum(self.min_loss_scale, scale / self.factor))
-    counter = ((self.counter + 1) % self.period) * grads_finite
-    return dataclasses.replace(self, loss_scale=loss_scale.astype(scale.dtype),
-                               counter=counter.astype(jnp.int32))
-
-  def to_jmp(self):
-    import jmp  # pylint: disable=g-import-not-at-top
-    return jmp.DynamicLossScale(
-        loss_scale=jnp.asarray(self.loss_scale), counter=self.counter,
-        period=self.period, factor=self.factor,
-        min_loss_scale=self.min_loss_scale)
-
-
-LossScale = Union[NoOpLossScale, StaticLossScale, DynamicLossScale]
-
-
-def loss_scale_from_jmp(loss_scale: Any) -> LossScale:
-  """The jaxfp8 loss scale equal to a jmp one (``NoOp``, ``Static``, ``Dynamic``).
-
-  >>> import jmp
-  >>> loss_scale_from_jmp(jmp.StaticLossScale(128.0))
-  StaticLossScale(loss_scale=128.0)
-  """
-  kind = type(loss_scale).__name__
-  if kind == "NoOpLossScale":
-    return NoOpLossScale()
-  if kind == "StaticLossScale":
-    return StaticLossScale(loss_scale.loss_scale)
-  if kind == "DynamicLossScale":
-    return DynamicLossScale(loss_scale.loss_scale, loss_scale.counter,
-                            loss_scale.period, loss_scale.factor,
-                            loss_scale.min_loss_scale)
-  raise TypeError(f"`loss_scale` argument to `loss_scale_from_jmp` must be a "
-                  f"jmp NoOpLossScale, StaticLossScale or DynamicLossScale, "
-                  f"got {kind}")
-
