@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
+from jaxfp8._src import distributions
 
 R = jaxfp8.random
 FMTS = ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float6_e2m3fn")
@@ -312,6 +314,40 @@ def test_out_sharding_same_samples_on_four_devices():
 
 
 # -- bad input: clear errors naming the argument --------------------------------
+
+@pytest.mark.parametrize("alias,dtype", [
+    ("bf16", jnp.bfloat16), ("f16", jnp.float16), ("half", jnp.float16),
+    ("float32", jnp.float32), ("f32", jnp.float32), ("f64", jnp.float64)])
+def test_wide_dtype_names_go_to_jax_random(alias, dtype):
+  """Every name of a wide float means jax.random with that dtype, as
+  jaxfp8.cast reads it (f64: float32 unless x64 is on, as in jax.random)."""
+  for ours, theirs in (
+      (lambda d: R.normal(K, (5,), d), lambda d: jax.random.normal(K, (5,), d)),
+      (lambda d: R.uniform(K, (5,), d, 1.0, 2.0),
+       lambda d: jax.random.uniform(K, (5,), d, 1.0, 2.0)),
+      (lambda d: R.gamma(K, 2.0, (5,), d),
+       lambda d: jax.random.gamma(K, 2.0, (5,), d)),
+      (lambda d: R.rademacher(K, (5,), d),
+       lambda d: jax.random.rademacher(K, (5,), d)),
+      (lambda d: R.dirichlet(K, jnp.ones(3), (2,), d),
+       lambda d: jax.random.dirichlet(K, jnp.ones(3), (2,), d))):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", UserWarning)  # float64 without x64
+      got, want = ours(alias), theirs(dtype)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_every_sampler_has_an_entry_in_the_distribution_table():
+  table = distributions.DISTRIBUTIONS
+  assert {n for n in SAMPLERS if n != "categorical"} <= set(table)
+  assert {n for n, d in table.items() if d.has_cdf} == set(WITH_CDF)
+  for d in table.values():  # the domain names only the law's parameters
+    named = (d.positive + d.nonnegative + d.probabilities + d.infinite
+             + tuple(a for pair in d.ordered for a in pair[:2])
+             + tuple(d.defaults) + ((d.positive_if,) if d.positive_if else ()))
+    assert set(named) <= set(d.params), d.name
+
 
 @pytest.mark.parametrize("name", ["uniform", "normal", "laplace", "gamma"])
 @pytest.mark.parametrize("dtype", [jnp.int8, jnp.int32, jnp.uint8, bool])

@@ -49,9 +49,9 @@ def test_reference_cast_equals_jaxfp8_cast(fmt):
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2",
                                  "float6_e3m2fn", "float4_e2m1fn"])
 @pytest.mark.parametrize("dist", LAW_DISTS)
-def test_scipy_laws_agree_with_jaxfp8_laws(fmt, dist):
-  """Two independent computations of each rounded law (SciPy, laws.py)."""
-  pytest.importorskip("scipy")
+def test_report_laws_agree_with_jaxfp8_laws(fmt, dist):
+  """The report's assembly of each rounded law from the CDF (the one it uses
+  for scaled laws, mixtures and E8M0) equals laws.rounded_law's."""
   op = OPS[dist]
   mine = report_laws._from_cdf(op.law_dict(), formats.get(fmt))
   values, probs = laws.rounded_law(dist, fmt, **dict(op.kwargs))
@@ -85,12 +85,12 @@ def test_total_variation_and_noise_floor():
   draws = rng.choice(len(law[0]), size=n, p=law[1])
   vals, counts = np.unique(law[0][draws], return_counts=True)
   counts = [[float(v), int(c)] for v, c in zip(vals, counts)]
-  tv = report_laws.total_variation(law, counts, n, 0)
+  tv = report_laws.sample_distance(law, counts, n, 0)
   floor = report_laws.tv_floor(law, n)
   assert 0.5 * floor < tv < 1.5 * floor
   # All NaN is as far from the law as can be; one value is nearly so.
-  assert report_laws.total_variation(law, [], n, n) == pytest.approx(1.0)
-  assert report_laws.total_variation(law, [[1.0, n]], n, 0) == pytest.approx(
+  assert report_laws.sample_distance(law, [], n, n) == pytest.approx(1.0)
+  assert report_laws.sample_distance(law, [[1.0, n]], n, 0) == pytest.approx(
       1 - law[1][law[0] == 1.0][0])
   expect, possible = report_laws.expected_distinct(law, n)
   assert possible == int((law[1] > 0).sum()) and expect < possible

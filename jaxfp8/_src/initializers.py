@@ -16,15 +16,13 @@ float8_e4m3fn, 12% in float8_e5m2) and often further.
 
 When the format can't honour the request (most weights would round to zero,
 or a visible share would saturate at the format's largest value) a
-:class:`FormatRangeWarning` says so, with a power-of-two scale and formats
-that would fit.
+:class:`~jaxfp8._src.init_range.FormatRangeWarning` says so, with a
+power-of-two scale and formats that would fit (:mod:`jaxfp8._src.init_range`
+holds that check; each factory here gives it the law of its float32 weights).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any, Callable, Literal
 
@@ -33,114 +31,19 @@ import jax.numpy as jnp
 from jax.nn import initializers as _jax
 
 from jaxfp8._src import formats
+from jaxfp8._src import init_range
 from jaxfp8._src.cast import cast
 
 Initializer = _jax.Initializer
 RealNumeric = Any
 DTypeLike = Any
 
-# Share of weights rounding to zero / saturating above which we warn.
-ZERO_LIMIT = 0.5
-SATURATION_LIMIT = 0.01
-# A format "fits" a law (for the advice in the warning) below these.
-_FIT_ZERO, _FIT_SATURATION = 0.05, 1e-4
 # Standard deviation of N(0, 1) truncated to (-2, 2), as jax.nn uses it.
 _TRUNCATED_STD = .87962566103423978
 
 
-class FormatRangeWarning(UserWarning):
-  """An initializer's weights don't fit the range of the requested format."""
-
-
 # ---------------------------------------------------------------------------
-# The law of the float32 weights, used to check what the format can hold.
-
-
-def _phi(x: float) -> float:
-  """Standard normal CDF, accurate in both tails."""
-  return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-
-@dataclasses.dataclass(frozen=True)
-class Law:
-  """A symmetric-enough description of float32 weights: enough for range.
-
-  ``kind`` is ``"normal"`` (``scale`` is the std; ``lower``/``upper`` in units
-  of it truncate, infinite when not truncated), ``"uniform"`` on
-  ``[lower, upper)`` (``scale`` unused) or ``"constant"`` (``lower`` is the
-  value).
-  """
-  kind: Literal["normal", "uniform", "constant"]
-  scale: float = 1.0
-  lower: float = -math.inf
-  upper: float = math.inf
-
-  def cdf(self, x: float) -> float:
-    """P(X <= x) in float64."""
-    if self.kind == "constant":
-      return 1.0 if x >= self.lower else 0.0
-    if self.kind == "uniform":
-      if self.upper <= self.lower:
-        return 1.0 if x >= self.lower else 0.0
-      return min(max((x - self.lower) / (self.upper - self.lower), 0.0), 1.0)
-    if self.scale == 0:
-      return 1.0 if x >= 0 else 0.0
-    lo, hi = _phi(self.lower), _phi(self.upper)
-    z = min(max(x / self.scale, self.lower), self.upper)
-    return (_phi(z) - lo) / (hi - lo)
-
-  def mass_between(self, a: float, b: float) -> float:
-    return max(self.cdf(b) - self.cdf(a), 0.0)
-
-  def std(self) -> float:
-    if self.kind == "constant":
-      return 0.0
-    if self.kind == "uniform":
-      return (self.upper - self.lower) / math.sqrt(12.0)
-    if math.isinf(self.lower) and math.isinf(self.upper):
-      return self.scale
-    a, b = self.lower, self.upper
-    pa, pb = math.exp(-a * a / 2), math.exp(-b * b / 2)
-    z = math.sqrt(2 * math.pi) * (_phi(b) - _phi(a))
-    mean = (pa - pb) / z
-    var = 1 + (a * pa - b * pb) / z - mean**2
-    return self.scale * math.sqrt(max(var, 0.0))
-
-  def atom_at_zero(self) -> float:
-    """P(X == 0): 1 for a law that is exactly zero (a zero scale)."""
-    if self.kind == "constant":
-      return float(self.lower == 0)
-    if self.kind == "uniform":
-      return float(self.lower == self.upper == 0)
-    return float(self.scale == 0)
-
-  def zero_mass(self, fmt: formats.Format) -> float:
-    """Share of nonzero weights that round to zero (ties at the boundary
-    don't); weights that are exactly zero are held exactly."""
-    h = fmt.min_subnormal / 2
-    if self.kind == "constant":
-      return float(self.lower != 0 and abs(self.lower) <= h)
-    return self.mass_between(-h, h) - self.atom_at_zero()
-
-  def saturated_mass(self, fmt: formats.Format) -> float:
-    """Share of weights beyond the format's largest value (clipped to it)."""
-    if self.kind == "constant":
-      return float(abs(self.lower) > fmt.max)
-    return self.mass_between(-math.inf, -fmt.max) + (1 - self.cdf(fmt.max))
-
-  def negative_mass(self) -> float:
-    """Share of weights that are negative or zero (E8M0 can't hold them)."""
-    return self.cdf(0.0)
-
-  def describe(self) -> str:
-    if self.kind == "constant":
-      return f"the constant {self.lower:.6g}"
-    if self.kind == "uniform":
-      return f"uniform on [{self.lower:.4g}, {self.upper:.4g})"
-    text = f"a normal with std {self.scale:.4g}"
-    if math.isinf(self.lower) and math.isinf(self.upper):
-      return text
-    return f"{text} truncated to [{self.lower:.3g}, {self.upper:.3g}] std"
+# Parameters as the range check reads them (None: traced, not checked).
 
 
 def _concrete(x: Any) -> float | None:
@@ -167,69 +70,6 @@ def _param(x: Any, arg: str, fn: str, *,
   return v
 
 
-def _suggested_shift(law: Law, fmt: formats.Format) -> int:
-  """k such that weights times 2^k sit mid-range of ``fmt`` (geometrically)."""
-  spread = abs(law.lower) if law.kind == "constant" else law.std()
-  if not (spread > 0 and math.isfinite(spread)):
-    return 0
-  target = math.sqrt(fmt.min_normal * fmt.max) if fmt.max > 1 else fmt.max / 4
-  return round(math.log2(target / spread))
-
-
-def _fitting_formats(law: Law, fmt: formats.Format) -> list[str]:
-  return [f.name for f in formats.all_formats(narrow=True)
-          if f is not fmt and f.signed and f.native
-          and law.zero_mass(f) < _FIT_ZERO
-          and law.saturated_mass(f) < _FIT_SATURATION]
-
-
-def _caller_stacklevel() -> int:
-  """``warnings.warn`` stacklevel of the first frame outside jaxfp8 and JAX
-  (user code, or the Flax/Haiku layer), seen from :func:`check_range`."""
-  level, frame = 1, sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None and frame.f_globals.get(
-      "__name__", "").split(".")[0] in ("jaxfp8", "jax"):
-    frame, level = frame.f_back, level + 1
-  return level
-
-
-def check_range(fn: str, law: Law | None, fmt: formats.Format) -> None:
-  """Warns (or raises for E8M0) when ``law`` doesn't fit ``fmt``.
-
-  Raises:
-    ValueError: for an unsigned format (E8M0) and weights that can be zero or
-      negative: it can hold neither.
-  """
-  if law is None:
-    return
-  if law.kind == "constant" and math.isnan(law.lower):
-    if fmt.has_nan:
-      return  # asked for, and held
-    raise ValueError(f"`value` argument to `{fn}` is NaN, which {fmt.name} "
-                     "can't hold (it has no NaN encoding)")
-  if not fmt.signed and law.negative_mass() > 0:
-    raise ValueError(
-        f"`{fn}` can't draw {law.describe()} in {fmt.name}: it is a scale "
-        f"format (powers of two, no zero, no sign). Use a signed format such "
-        f"as float8_e4m3fn for weights.")
-  zero, sat = law.zero_mass(fmt), law.saturated_mass(fmt)
-  if zero < ZERO_LIMIT and sat < SATURATION_LIMIT:
-    return
-  problem = (f"{zero:.1%} of them round to zero" if zero >= ZERO_LIMIT else
-             f"{sat:.2%} of them saturate at +-{fmt.max:g}")
-  k = _suggested_shift(law, fmt)
-  fits = _fitting_formats(law, fmt)
-  advice = (f"Multiply the weights by 2^{k} (keep the inverse as a per-tensor "
-            f"scale)" if k else "Use a scale of your own")
-  if fits:
-    advice += f", or use a format that holds this range: {', '.join(fits)}"
-  warnings.warn(
-      f"`{fn}` was asked for weights from {law.describe()} in {fmt.name}, but {problem}: "
-      f"{fmt.name} holds magnitudes from {fmt.min_subnormal:g} (smallest "
-      f"nonzero) to {fmt.max:g}. {advice}.",
-      FormatRangeWarning, stacklevel=_caller_stacklevel())
-
-
 # ---------------------------------------------------------------------------
 # One rule for every initializer: JAX's, in float32, rounded once.
 
@@ -239,7 +79,8 @@ def _narrow(dtype: Any) -> formats.Format | None:
 
 
 def _rounded(fn: str, jax_init: Callable, default_dtype: DTypeLike,
-             law: Callable[[tuple[int, ...]], Law | None]) -> Initializer:
+             law: Callable[[tuple[int, ...]], init_range.Law | None]
+             ) -> Initializer:
   """``init(key, shape, dtype, out_sharding)``: JAX's for wide dtypes, else
   JAX's in float32 rounded once into the narrow format."""
 
@@ -250,7 +91,7 @@ def _rounded(fn: str, jax_init: Callable, default_dtype: DTypeLike,
     if fmt is None:
       return jax_init(key, shape, dtype, out_sharding)
     wide = jax_init(key, shape, jnp.float32, out_sharding)
-    check_range(fn, law(tuple(wide.shape)), fmt)
+    init_range.check_range(fn, law(tuple(wide.shape)), fmt)
     return cast(wide, fmt)
 
   init.__qualname__ = init.__name__ = f"{fn}_init"
@@ -280,11 +121,11 @@ def _variance_law(fn, scale, mode, distribution, in_axis, out_axis,
          "fan_geo_avg": math.sqrt(fan_in * fan_out)}[mode]
     std = math.sqrt(s / n)
     if distribution == "truncated_normal":
-      return Law("normal", std / _TRUNCATED_STD, -2.0, 2.0)
+      return init_range.Law("normal", std / _TRUNCATED_STD, -2.0, 2.0)
     if distribution == "normal":
-      return Law("normal", std)
+      return init_range.Law("normal", std)
     limit = math.sqrt(3.0) * std
-    return Law("uniform", lower=-limit, upper=limit)
+    return init_range.Law("uniform", lower=-limit, upper=limit)
   return law
 
 
@@ -304,7 +145,7 @@ def zeros(key: jax.Array, shape: Sequence[int],
   Array([0, 0], dtype=float8_e4m3fn)
   """
   return _rounded("zeros", _jax.zeros, None,
-                  lambda _: Law("constant", lower=0.0))(
+                  lambda _: init_range.Law("constant", lower=0.0))(
                       key, shape, dtype, out_sharding)
 
 
@@ -317,7 +158,7 @@ def ones(key: jax.Array, shape: Sequence[int],
   CodeArray(float6_e2m3fn, shape=(2,), values=[1 1])
   """
   return _rounded("ones", _jax.ones, None,
-                  lambda _: Law("constant", lower=1.0))(
+                  lambda _: init_range.Law("constant", lower=1.0))(
                       key, shape, dtype, out_sharding)
 
 
@@ -337,7 +178,7 @@ def constant(value: Any, dtype: DTypeLike | None = None) -> Initializer:
   """
   def law(_):
     v = _concrete(value) if jnp.ndim(value) == 0 else None
-    return None if v is None else Law("constant", lower=v)
+    return None if v is None else init_range.Law("constant", lower=v)
   return _rounded("constant", _jax.constant(value, dtype), dtype, law)
 
 
@@ -356,8 +197,8 @@ def uniform(scale: RealNumeric = 1e-2,
   def law(_):
     s = _param(scale, "scale", "uniform")
     # A negative scale draws from (scale, 0], as jax.nn's does.
-    return None if s is None else Law("uniform", lower=min(s, 0.0),
-                                      upper=max(s, 0.0))
+    return None if s is None else init_range.Law(
+        "uniform", lower=min(s, 0.0), upper=max(s, 0.0))
   return _rounded("uniform", _jax.uniform(scale, dtype), dtype, law)
 
 
@@ -376,7 +217,7 @@ def normal(stddev: RealNumeric = 1e-2,
   """
   def law(_):
     s = _param(stddev, "stddev", "normal")
-    return None if s is None else Law("normal", abs(s))
+    return None if s is None else init_range.Law("normal", abs(s))
   return _rounded("normal", _jax.normal(stddev, dtype), dtype, law)
 
 
@@ -403,7 +244,7 @@ def truncated_normal(stddev: RealNumeric = 1e-2,
     lo, hi = _concrete(lower), _concrete(upper)
     if None in (s, lo, hi) or not lo < hi:
       return None
-    return Law("normal", abs(s), lo, hi)
+    return init_range.Law("normal", abs(s), lo, hi)
   return _rounded("truncated_normal",
                   _jax.truncated_normal(stddev, dtype, lower, upper), dtype,
                   law)
@@ -502,8 +343,8 @@ def _orthogonal_law(fn, scale, column_axis):
       return None
     cols = shape[column_axis]
     # Rows or columns are orthonormal: each entry has variance 1/max(n, m).
-    return Law("normal", abs(s) / math.sqrt(max(math.prod(shape) // cols,
-                                                cols)))
+    return init_range.Law(
+        "normal", abs(s) / math.sqrt(max(math.prod(shape) // cols, cols)))
   return law
 
 

@@ -88,7 +88,7 @@ def _our_samplers() -> dict[str, Callable]:
 
   Looked up in the modules of ``jaxfp8._src.random``: the function of that
   name that takes every argument of its jax.random namesake (the helpers of
-  one method, ``exact.bernoulli`` say, don't).
+  one method, ``exact_method.bernoulli`` say, don't).
   """
   package = random_package.__name__
   modules = [importlib.import_module(f"{package}.{m.name}")

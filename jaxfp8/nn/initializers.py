@@ -6,9 +6,9 @@
 >>> w.dtype, bool(jnp.isnan(w.astype(jnp.float32)).any())
 (dtype(float8_e4m3fn), False)
 """
+from jaxfp8._src.init_range import FormatRangeWarning as FormatRangeWarning
 from jaxfp8._src.initializers import constant as constant
 from jaxfp8._src.initializers import delta_orthogonal as delta_orthogonal
-from jaxfp8._src.initializers import FormatRangeWarning as FormatRangeWarning
 from jaxfp8._src.initializers import glorot_normal as glorot_normal
 from jaxfp8._src.initializers import glorot_uniform as glorot_uniform
 from jaxfp8._src.initializers import he_normal as he_normal

@@ -83,7 +83,7 @@ def judge(op: report_worker.Op, result: dict[str, Any] | None,
     if result.get("wrong_dtype"):
       problems.append(f"returned {result['dtype']}")
     if law is not None:
-      tv = report_laws.total_variation(law, result["counts"], n, nan)
+      tv = report_laws.sample_distance(law, result["counts"], n, nan)
       cell.distance = f"TV {tv:.3f}"
       if tv > 2 * report_laws.tv_floor(law, n) + 0.01:
         problems.append("wrong law")

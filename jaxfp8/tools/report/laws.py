@@ -6,47 +6,66 @@ probability of each representable value ``v`` is the real law's mass between
 the midpoints around ``v``; the mass beyond the outermost midpoints goes to
 +-max. ``jaxfp8._src.laws.rounded_law`` is the source of truth for the
 distributions of ``jaxfp8.random``; this module asks it first and computes
-the remaining cases (scaled initializer laws, mixtures, multivariate
-marginals) from the CDF itself, with SciPy.
+the remaining cases (scaled initializer laws, mixtures, unsigned formats,
+multivariate marginals) from the CDF itself: the distribution table's
+(:mod:`jaxfp8._src.distributions`) where it has the law, SciPy's otherwise.
 """
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any, Callable
 
 import numpy as np
 
+from jaxfp8._src import distributions
 from jaxfp8._src import formats
+from jaxfp8._src import laws
 from jaxfp8.tools.report import worker as report_worker
 
 Law = tuple[np.ndarray, np.ndarray, float]  # values, probabilities, P(NaN)
 
-
-def _laws_module():
-  try:
-    return importlib.import_module("jaxfp8._src.laws")
-  except ImportError:
-    return None
+# The catalogue names real laws as scipy.stats does (``worker._law``); these
+# are in the distribution table: its name and parameters for the spec's
+# shape arguments (``loc`` and ``scale`` apply on top).
+_IN_TABLE: dict[str, Callable[..., tuple[str, dict[str, float]]]] = {
+    "uniform": lambda: ("uniform", {}),
+    "norm": lambda: ("normal", {}),
+    "truncnorm": lambda a, b: ("truncated_normal", {"lower": a, "upper": b}),
+    "laplace": lambda: ("laplace", {}),
+    "logistic": lambda: ("logistic", {}),
+    "expon": lambda: ("exponential", {}),
+    "gumbel_r": lambda: ("gumbel", {}),
+    "cauchy": lambda: ("cauchy", {}),
+    "lognorm": lambda s: ("lognormal", {"sigma": s}),
+    "rayleigh": lambda: ("rayleigh", {"scale": 1.0}),
+    "maxwell": lambda: ("maxwell", {}),
+    "double_sided_maxwell": lambda: ("double_sided_maxwell",
+                                     {"loc": 0.0, "scale": 1.0}),
+    "weibull_min": lambda c: ("weibull_min",
+                              {"scale": 1.0, "concentration": c}),
+    "pareto": lambda b: ("pareto", {"b": b}),
+    "triang": lambda c: ("triangular", {"left": 0.0, "mode": c, "right": 1.0}),
+}
 
 
 def _cdf_sf(spec: dict[str, Any]) -> tuple[Callable, Callable, float] | None:
   """(cdf, sf, median) of the real law, float64, or None without SciPy."""
-  try:
-    from scipy import stats  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return None
   dist, args = spec["dist"], spec["args"]
-  if dist == "double_sided_maxwell":
-    m = stats.maxwell()
-    cdf = lambda x: np.where(x < 0, 0.5 * m.sf(-x), 0.5 + 0.5 * m.cdf(x))
-    sf = lambda x: np.where(x > 0, 0.5 * m.sf(x), 0.5 + 0.5 * m.cdf(-x))
-    return cdf, sf, 0.0
+  if dist in _IN_TABLE:
+    name, params = _IN_TABLE[dist](*args)
+    d = distributions.get(name)
+    median = d.median(*distributions.param_values(d, params))
+    return (lambda x: distributions.cdf(name, x, **params),
+            lambda x: distributions.sf(name, x, **params), median)
   if dist == "ball3":  # one coordinate of the uniform 3-ball: 3/4 (1 - x^2)
     def cdf(x):
       x = np.clip(x, -1.0, 1.0)
       return 0.5 + 0.75 * (x - x**3 / 3)
     return cdf, lambda x: cdf(-np.asarray(x)), 0.0
+  try:
+    from scipy import stats  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
   if dist == "orthogonal_entry":  # (1 + x) / 2 ~ Beta((n-1)/2, (n-1)/2)
     a = (args[0] - 1) / 2
     frozen = stats.beta(a, a, loc=-1.0, scale=2.0)
@@ -104,19 +123,15 @@ def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
     return _discrete([spec["args"][0]], [1.0], fmt), "exact"
   if dist == "rademacher":
     return _discrete([-1.0, 1.0], [0.5, 0.5], fmt), "exact"
-  mod = _laws_module()
   plain = spec["loc"] == 0 and spec["scale"] == 1 and not spec["atom0"]
-  if (mod is not None and op is not None and op.kind == "sample" and plain
+  if (op is not None and op.kind == "sample" and plain
       and op.name == op.family):
     try:
-      values, probs = mod.rounded_law(op.name, fmt, **dict(op.kwargs))
-      values = np.asarray(values, np.float64)
-      probs = np.asarray(probs, np.float64)
-      nan_mask = np.isnan(values)
-      return (values[~nan_mask], probs[~nan_mask],
-              float(probs[nan_mask].sum())), "jaxfp8._src.laws"
-    except Exception:  # pylint: disable=broad-except
-      pass  # a law laws.py doesn't cover: compute it below
+      values, probs = laws.rounded_law(op.name, fmt, **dict(op.kwargs))
+      return (np.asarray(values, np.float64), np.asarray(probs, np.float64),
+              0.0), "jaxfp8._src.laws"
+    except (TypeError, ValueError):
+      pass  # a law laws.py doesn't cover (or E8M0): compute it below
   law = _from_cdf(spec, fmt)
   if law is None:
     return None, "needs SciPy"
@@ -126,21 +141,22 @@ def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
     values, probs, nan = law
     law = (values, (1 - w) * probs + w * zero_probs, (1 - w) * nan
            + w * zero_nan)
-  return law, "scipy"
+  return law, ("jaxfp8._src.distributions" if spec["dist"] in _IN_TABLE
+               else "scipy")
 
 
 # -- statistics ---------------------------------------------------------------------
-def total_variation(law: Law, counts: list[list[float]], n: int, nan: int
+def sample_distance(law: Law, counts: list[list[float]], n: int, nan: int
                     ) -> float:
   """TV distance between the sample's frequencies and the exact law.
 
   Values outside the format's finite values (Inf, or numbers a wrong dtype
-  produced) count fully against the sample.
+  produced) count fully against the sample; NaN is one more outcome.
 
   >>> law = (np.array([0.0, 1.0]), np.array([0.25, 0.75]), 0.0)
-  >>> total_variation(law, [[0.0, 50], [1.0, 50]], 100, 0)
+  >>> sample_distance(law, [[0.0, 50], [1.0, 50]], 100, 0)
   0.25
-  >>> total_variation(law, [[1.0, 50]], 100, 50)  # half NaN
+  >>> sample_distance(law, [[1.0, 50]], 100, 50)  # half NaN
   0.5
   """
   values, probs, p_nan = law
@@ -153,8 +169,9 @@ def total_variation(law: Law, counts: list[list[float]], n: int, nan: int
       outside += c / n
     else:
       freq[i] += c / n
-  return 0.5 * (float(np.abs(freq - probs).sum()) + outside
-                + abs(nan / n - p_nan))
+  # Outcomes: the format's values, "outside" (never right), NaN.
+  return laws.total_variation(np.append(freq, [outside, nan / n]),
+                              np.append(probs, [0.0, p_nan]))
 
 
 def tv_floor(law: Law, n: int) -> float:

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src import formats
 from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
@@ -265,7 +266,7 @@ def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
       return jnp.where(below, entry, entry >> 8).astype(jnp.uint8)
 
     codes = _refinement(k_ref, u < fine, n_pad, 16, finish)
-  return common.from_codes(codes[:n].reshape(shape), fmt)
+  return codes_lib.from_codes(codes[:n].reshape(shape), fmt)
 
 
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
@@ -309,7 +310,7 @@ def _rademacher(key, *, shape, fmt_name):
       np.searchsorted(fmt.values, [1.0, -1.0])])
   codes = jnp.where(bit.reshape(n_pad)[:n] == 1, jnp.uint8(plus),
                     jnp.uint8(minus))
-  return common.from_codes(codes.reshape(shape), fmt)
+  return codes_lib.from_codes(codes.reshape(shape), fmt)
 
 
 def rademacher(key, shape: tuple[int, ...], fmt: formats.Format):

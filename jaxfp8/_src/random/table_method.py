@@ -18,6 +18,7 @@ import functools
 import jax
 import numpy as np
 
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src import formats
 from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
@@ -66,7 +67,7 @@ def _sample(key, table, *, fmt_name, shape, table_bits):
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, 4)
   codes = table[bits_lib.packed(key, n_pad, table_bits)]
-  return common.from_codes(codes[:n].reshape(shape), fmt)
+  return codes_lib.from_codes(codes[:n].reshape(shape), fmt)
 
 
 @functools.lru_cache(maxsize=256)
