@@ -1,0 +1,169 @@
+"""The package's layout rules, checked on the source (AST), not by convention.
+
+- No module of ``jaxfp8`` uses another module's ``_private`` name (an import
+  of it, or ``module._name`` on an imported jaxfp8 module).
+- No import cycle among jaxfp8's modules (every import counts, also those
+  inside functions).
+- ``jaxfp8/_src`` imports neither the public modules nor the tools; the
+  library never imports ``jaxfp8.tools``.
+- Every module of ``jaxfp8/_src`` has at most 600 lines.
+- Flax, Haiku, Equinox and orbax are imported only by integration modules.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxfp8"
+MAX_LINES = 600
+# Modules that may import a framework (each integrates jaxfp8 with one).
+INTEGRATIONS = {
+    "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8_flax",
+    "jaxfp8._src.install",
+}
+FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+  if parts[-1] == "__init__":
+    parts.pop()
+  return ".".join(parts)
+
+
+SOURCES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+TREES = {name: ast.parse(p.read_text(), str(p)) for name, p in SOURCES.items()}
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+  if not node.level:
+    return node.module or ""
+  base = module.split(".")
+  if not SOURCES[module].name == "__init__.py":
+    base = base[:-1]
+  base = base[:len(base) - node.level + 1]
+  return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> list[tuple[str, int]]:
+  """(imported jaxfp8 module, line) for every import in ``module``."""
+  out = []
+  for node in ast.walk(TREES[module]):
+    if isinstance(node, ast.Import):
+      out += [(a.name, node.lineno) for a in node.names
+              if a.name.split(".")[0] == "jaxfp8"]
+    elif isinstance(node, ast.ImportFrom):
+      target = _resolve(module, node)
+      if target.split(".")[0] != "jaxfp8":
+        continue
+      for a in node.names:
+        sub = f"{target}.{a.name}"
+        out.append((sub if sub in SOURCES else target, node.lineno))
+  return out
+
+
+def _private_uses(module: str) -> list[str]:
+  found = []
+  aliases = {}  # local name -> jaxfp8 module it is bound to
+  for node in ast.walk(TREES[module]):
+    if isinstance(node, ast.ImportFrom):
+      target = _resolve(module, node)
+      if target.split(".")[0] != "jaxfp8":
+        continue
+      for a in node.names:
+        if a.name.startswith("_") and not a.name.startswith("__"):
+          found.append(f"line {node.lineno}: from {target} import {a.name}")
+        if f"{target}.{a.name}" in SOURCES:
+          aliases[a.asname or a.name] = f"{target}.{a.name}"
+    elif isinstance(node, ast.Import):
+      for a in node.names:
+        if a.name.split(".")[0] == "jaxfp8" and a.asname:
+          aliases[a.asname] = a.name
+  for node in ast.walk(TREES[module]):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id in aliases and node.attr.startswith("_")
+        and not node.attr.startswith("__")):
+      found.append(f"line {node.lineno}: {node.value.id}.{node.attr} "
+                   f"({aliases[node.value.id]})")
+  return found
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_no_private_names_of_other_modules(module):
+  assert not _private_uses(module), _private_uses(module)
+
+
+def test_no_import_cycle():
+  graph = {m: {t for t, _ in _imports(m) if t in SOURCES and t != m}
+           for m in SOURCES}
+  state, stack, cycles = {}, [], []
+
+  def visit(m):
+    state[m] = 1
+    stack.append(m)
+    for t in sorted(graph[m]):
+      if state.get(t) == 1:
+        cycles.append(stack[stack.index(t):] + [t])
+      elif t not in state:
+        visit(t)
+    stack.pop()
+    state[m] = 2
+
+  for m in sorted(graph):
+    if m not in state:
+      visit(m)
+  assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if m.startswith("jaxfp8._src")))
+def test_src_imports_only_src(module):
+  bad = [f"line {line}: {t}" for t, line in _imports(module)
+         if not t.startswith("jaxfp8._src")]
+  assert not bad, f"{module} imports public modules or tools: {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if not m.startswith("jaxfp8.tools")))
+def test_library_never_imports_tools(module):
+  bad = [f"line {line}: {t}" for t, line in _imports(module)
+         if t.startswith("jaxfp8.tools")]
+  if module == "jaxfp8.__main__":  # `python -m jaxfp8` is the command
+    bad = [b for b in bad if not b.endswith("jaxfp8.tools.cli")]
+  assert not bad, bad
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if m.startswith("jaxfp8._src")))
+def test_module_size(module):
+  n = len(SOURCES[module].read_text().splitlines())
+  assert n <= MAX_LINES, f"{module} has {n} lines (at most {MAX_LINES})"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if m.startswith("jaxfp8._src")))
+def test_frameworks_only_in_integration_modules(module):
+  if module in INTEGRATIONS:
+    return
+  bad = []
+  for node in ast.walk(TREES[module]):
+    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+             else [node.module or ""] if isinstance(node, ast.ImportFrom)
+             and not node.level else [])
+    bad += [f"line {node.lineno}: {n}" for n in names
+            if n.split(".")[0] in FRAMEWORKS]
+  assert not bad, f"{module} imports a framework: {bad}"
+
+
+def test_the_checks_see_violations():
+  """The scanners find what they look for (a test that can fail)."""
+  tree = ast.parse("from jaxfp8._src import cast as c\nc._x\n"
+                   "from jaxfp8._src.cast import _y\n")
+  TREES["jaxfp8._src.__probe__"] = tree
+  SOURCES["jaxfp8._src.__probe__"] = ROOT / "_src" / "probe.py"
+  try:
+    assert len(_private_uses("jaxfp8._src.__probe__")) == 2
+  finally:
+    del TREES["jaxfp8._src.__probe__"], SOURCES["jaxfp8._src.__probe__"]
