@@ -73,10 +73,14 @@ def signed_format(fmt: Any, *, arg: str, fn: str) -> formats.Format:
 def amax(x: Any) -> jax.Array:
   """Largest magnitude of ``x`` as a float32 scalar (NaN if ``x`` has NaN).
 
+  The NaN test is its own reduction: XLA's cross-device ``max`` on CPU drops
+  NaN, so the max of a sharded tensor alone would miss a NaN on one shard.
+
   >>> amax(jnp.array([1.0, -3.0, 2.0]))
   Array(3., dtype=float32)
   """
-  return jnp.max(jnp.abs(as_float32(x)))
+  a = jnp.abs(as_float32(x))
+  return jnp.where(jnp.any(jnp.isnan(a)), jnp.float32(jnp.nan), jnp.max(a))
 
 
 def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
