@@ -25,7 +25,8 @@ import jaxfp8.nn.initializers, jaxfp8.checkpoint, jaxfp8.tools.cli
 root = pathlib.Path(jaxfp8.__file__).parent
 assert str(root).startswith(sys.prefix), (root, sys.prefix)
 assert (root / "py.typed").exists()
-print(jaxfp8.cast([465.0], "e4m3"))
+import jax.numpy as jnp
+print(jaxfp8.cast(jnp.array([465.0]), "e4m3"))
 """
 
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pathlib
 import queue
 import resource
 import signal
@@ -57,8 +58,8 @@ def task_id(fmt: str, op: str) -> str:
 
 def worker_env(fast_compile: bool) -> dict[str, str]:
   env = dict(os.environ)
-  root = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
+  # The directory holding the jaxfp8 package (jaxfp8/tools/report/run.py).
+  root = str(pathlib.Path(__file__).resolve().parents[3])
   env["PYTHONPATH"] = os.pathsep.join(
       p for p in (root, env.get("PYTHONPATH", "")) if p)
   if fast_compile:
