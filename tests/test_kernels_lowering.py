@@ -1,7 +1,9 @@
 """The kernels lower through Pallas' Triton backend, checked without a GPU.
 
 ``jit(...).trace(...).lower(lowering_platforms=("cuda",))`` runs the Pallas
-Triton lowering (kernel body to Triton IR) on any machine, so unsupported
+Triton lowering (kernel body to Triton IR) on any machine (inside
+``compat.gpu_lowering_target()``: JAX >= 0.11 wants an abstract GPU device
+to lower for CUDA without one), so unsupported
 primitives, non-power-of-two tiles or dtype problems in the compiled path
 show up in CI; what the lowering can't see (Triton's own compilation to PTX,
 speed) is left to benchmarks/gpu_check.sh.
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 import jaxfp8
+from jaxfp8._src import compat
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels import scaled_matmul as scaled_matmul_lib
@@ -28,7 +31,10 @@ PAIR_IDS = ["e4m3", "e5m2", "mixed"]
 
 
 def _lower_for_gpu(f, *args) -> str:
-  return jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+  with compat.gpu_lowering_target(), common.quiet_triton_deprecation(
+      "compiled"):
+    lowered = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))
+  return lowered.as_text()
 
 
 def _triton_calls(text: str) -> list[str]:

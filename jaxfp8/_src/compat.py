@@ -14,6 +14,7 @@ and Haiku's initializer classes (for :mod:`jaxfp8._src.install`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -101,6 +102,31 @@ def reshard(x, sharding):
 def x64_enabled() -> bool:
   """Whether 64-bit types are on (``jax_enable_x64``)."""
   return bool(jax.config.read("jax_enable_x64"))
+
+
+def gpu_lowering_target() -> contextlib.AbstractContextManager:
+  """A context in which ``lower(lowering_platforms=("cuda",))`` works anywhere.
+
+  JAX 0.10.2 lowers for CUDA on a machine without a GPU as is; since JAX
+  0.11.0 that raises ``RuntimeError: No supported GPU devices found, please
+  specify an abstract GPU device using AbstractDevice``. Lowering inside an
+  abstract one-device mesh of an abstract H200 works on both (0.10.2, 0.11.2:
+  public ``jax.sharding.AbstractMesh(..., abstract_device=AbstractDevice(
+  kind, cores, platform))`` and ``use_abstract_mesh``). A no-op where a GPU
+  backend is present (the real device is the target) or where JAX has no
+  ``AbstractDevice``.
+
+  >>> with gpu_lowering_target():
+  ...   pass
+  """
+  sh = jax.sharding
+  if (jax.default_backend() == "gpu" or not hasattr(sh, "AbstractDevice")
+      or not hasattr(sh, "use_abstract_mesh")):
+    return contextlib.nullcontext()
+  mesh = sh.AbstractMesh(
+      (1,), ("_",), (sh.AxisType.Explicit,),
+      abstract_device=sh.AbstractDevice("NVIDIA H200", 1, "cuda"))
+  return sh.use_abstract_mesh(mesh)
 
 
 # ---------------------------------------------------------------------------

@@ -11,8 +11,10 @@ A kernel runs in one of three modes, picked from the ``interpret`` argument:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
+import warnings
 
 import jax
 from jax import lax
@@ -34,7 +36,11 @@ MIN_COMPUTE_CAPABILITY = 89
 CONTRACT_K = (((1,), (1,)), ((), ()))
 
 
-def _gpu_compute_capability() -> int | None:
+def gpu_compute_capability() -> int | None:
+  """The first device's compute capability as an int (89 for 8.9), or None.
+
+  None where the device has none (CPU) or reports it in an unknown form.
+  """
   cc = getattr(jax.devices()[0], "compute_capability", None)
   try:
     return int(str(cc).replace(".", ""))
@@ -58,7 +64,7 @@ def resolve_mode(interpret: Any, fn: str) -> str:
         f"Pallas' Triton backend, and the default backend is {backend!r}. "
         "Use interpret=True (Pallas interpreter) or interpret=None (jnp "
         "reference).")
-  cc = _gpu_compute_capability()
+  cc = gpu_compute_capability()
   if cc is not None and cc < MIN_COMPUTE_CAPABILITY:
     raise NotImplementedError(
         f"`{fn}` needs a GPU of compute capability >= 8.9 for fp8 tensor-core "
@@ -254,3 +260,25 @@ def compiler_params(mode: str, tiles: Tiles):
   from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
   return pltriton.CompilerParams(num_warps=tiles.num_warps,
                                  num_stages=tiles.num_stages)
+
+
+# JAX >= 0.11 warns on every Pallas-Triton lowering that the backend is
+# deprecated (Mosaic GPU is its successor); the kernels are Triton's by
+# design, so the warning tells a caller nothing they can act on.
+_TRITON_DEPRECATION = "The Pallas Triton backend is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_triton_deprecation(mode: str):
+  """Silences only JAX's Triton-backend DeprecationWarning in compiled mode.
+
+  The warning is raised when a compiled kernel is lowered (its first call per
+  shape); other warnings, and other modes, pass through untouched.
+  """
+  if mode != "compiled":
+    yield
+    return
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=_TRITON_DEPRECATION,
+                            category=DeprecationWarning)
+    yield

@@ -369,6 +369,7 @@ def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
       num_stages=num_stages)
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
-  return _mx_matmul(a.data, a.scales, b.data, b.scales, out_dtype=out_dtype,
-                    mode=mode, tiles=tiles, block_size=bs, path=path,
-                    widen=widen)
+  with common.quiet_triton_deprecation(mode):
+    return _mx_matmul(a.data, a.scales, b.data, b.scales,
+                      out_dtype=out_dtype, mode=mode, tiles=tiles,
+                      block_size=bs, path=path, widen=widen)

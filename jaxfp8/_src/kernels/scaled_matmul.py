@@ -193,5 +193,6 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
       block_k=block_k, num_warps=num_warps, num_stages=num_stages)
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
-  return _scaled_matmul(a, b, a_scale, b_scale, out_dtype=out_dtype,
-                        mode=mode, tiles=tiles, widen=widen)
+  with common.quiet_triton_deprecation(mode):
+    return _scaled_matmul(a, b, a_scale, b_scale, out_dtype=out_dtype,
+                          mode=mode, tiles=tiles, widen=widen)
