@@ -174,3 +174,16 @@ def test_haiku_initializer_classes_are_found():
     assert list(inspect.signature(vars(cls)["__call__"]).parameters) == [
         "self", "shape", "dtype"], name
 
+
+
+def test_gpu_lowering_target_lowers_for_cuda_without_a_gpu():
+  """JAX >= 0.11 refuses to lower for CUDA without a GPU unless an abstract
+  device is in scope; the context must provide one (or JAX must need none)."""
+  if jax.default_backend() == "cpu":
+    assert hasattr(jax.sharding, "AbstractDevice")
+    assert hasattr(jax.sharding, "use_abstract_mesh")
+  with compat.gpu_lowering_target():
+    text = jax.jit(lambda x: x * 2).trace(
+        jax.ShapeDtypeStruct((8,), jax.numpy.float32)).lower(
+            lowering_platforms=("cuda",)).as_text()
+  assert "multiply" in text
