@@ -96,6 +96,7 @@ def test_unknown_closure_layout_warns_and_still_installs(monkeypatch):
 
   monkeypatch.setattr(install_lib.compat, "learn_init_closures",
                       without_normal)
+  monkeypatch.setattr(install_lib, "_LEARNED", [])  # learned once per process
   with pytest.warns(RuntimeWarning, match="normal"):
     jaxfp8.install()
   assert install_lib.is_installed()
@@ -450,3 +451,45 @@ def test_wide_calls_of_routed_closures_keep_their_errors():
     assert _error(lambda: init(KEY, (4, 4), jnp.float32)) == want
     assert _error(lambda: init(KEY)) == missing  # pylint: disable=no-value-for-parameter
     assert _error(lambda: init(KEY, (4, 4), jnp.float8_e4m3fn))[0] is ValueError
+
+
+def test_factories_imported_before_install_round_once():
+  """A module that did `from jax.nn.initializers import normal` before
+  installing holds JAX's factory object itself: it routes too."""
+  from jax.nn.initializers import normal, variance_scaling  # pylint: disable=g-import-not-at-top
+  sig = inspect.signature(normal)
+  key = jax.random.key(3)
+  with jaxfp8.installed():
+    assert inspect.signature(normal) == sig
+    got = [normal(0.02)(key, (128, 64), jnp.float8_e4m3fn),
+           variance_scaling(2.0, "fan_in", "truncated_normal")(
+               key, (128, 64), jnp.float8_e5m2)]
+  want = [jaxfp8.nn.initializers.normal(0.02)(key, (128, 64),
+                                              jnp.float8_e4m3fn),
+          jaxfp8.nn.initializers.variance_scaling(
+              2.0, "fan_in", "truncated_normal")(key, (128, 64),
+                                                 jnp.float8_e5m2)]
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(g).view(np.uint8),
+                                  np.asarray(w).view(np.uint8))
+  assert normal.__kwdefaults__ is None and not hasattr(normal, "__signature__")
+  np.testing.assert_array_equal(
+      normal(0.02)(key, (4,), jnp.float32),
+      jax.random.normal(key, (4,), jnp.float32) * 0.02)
+
+
+def test_routed_closure_works_where_nothing_was_learned():
+  """A closure routed in one process and unpickled in another reaches a
+  compat that has learned nothing yet (simulated by forgetting)."""
+  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
+  with jaxfp8.installed():
+    init = jax.nn.initializers.lecun_normal()
+    known = dict(compat._KNOWN)  # pylint: disable=protected-access
+    compat._KNOWN.clear()  # pylint: disable=protected-access
+    try:
+      w = init(jax.random.key(0), (16, 16), jnp.float32)
+    finally:
+      compat._KNOWN.update(known)  # pylint: disable=protected-access
+  want = jax.nn.initializers.lecun_normal()(jax.random.key(0), (16, 16),
+                                            jnp.float32)
+  np.testing.assert_array_equal(w, want)

@@ -20,7 +20,9 @@ import functools
 import gc
 import inspect
 import sys
+import threading
 import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -286,6 +288,10 @@ _ROUTING: dict[str, Any] = {}
 # factory -> its InitClosure, kept after unrouting: a closure that entered
 # its router just before can still run JAX's code.
 _KNOWN: dict[str, InitClosure] = {}
+# The closures routed now (weakly: routing keeps nothing alive), so that
+# unrouting needs no heap scan.
+_ROUTED: "weakref.WeakSet[types.FunctionType]" = weakref.WeakSet()
+_ROUTE_LOCK = threading.RLock()
 
 
 def _functions_running(codes: Iterable[types.CodeType]
@@ -309,45 +315,144 @@ def route_init_closures(kinds: Iterable[InitClosure],
   A routed closure's call becomes ``answer(factory, arguments, args,
   original)``: ``arguments`` the factory's arguments by name, ``args`` the
   call's ``(key, shape, dtype, out_sharding)``, ``original()`` JAX's result.
+  Pass the same ``kinds`` to every call (learn them once): a closure routed
+  by an earlier install then shares the routers this one unroutes.
 
   Returns:
     How many existing closures were routed.
   """
   kinds = tuple(kinds)
   by_code = {id(k.code): k for k in kinds}
-  _KNOWN.update({k.factory: k for k in kinds})
-  _ROUTING.update(answer=answer, by_code=by_code,
-                  by_router={id(k.router): k for k in kinds})
-  closures = _functions_running(k.code for k in kinds)
-  for fn in closures:
-    fn.__code__ = by_code[id(fn.__code__)].router
+  with _ROUTE_LOCK:
+    _KNOWN.update({k.factory: k for k in kinds})
+    _ROUTING.update(answer=answer, by_code=by_code,
+                    by_router={id(k.router): k for k in kinds})
+    closures = _functions_running(k.code for k in kinds)
+    for fn in closures:
+      fn.__code__ = by_code[id(fn.__code__)].router
+      _ROUTED.add(fn)
   return len(closures)
 
 
 def route_init_closure(fn: Any) -> Any:
   """Routes ``fn`` if it is a closure of a routed kind; returns ``fn``."""
-  kind = _ROUTING.get("by_code", {}).get(id(getattr(fn, "__code__", None)))
-  if kind is not None and isinstance(fn, types.FunctionType):
-    fn.__code__ = kind.router
+  with _ROUTE_LOCK:
+    kind = _ROUTING.get("by_code", {}).get(id(getattr(fn, "__code__", None)))
+    if kind is not None and isinstance(fn, types.FunctionType):
+      fn.__code__ = kind.router
+      _ROUTED.add(fn)
   return fn
 
 
 def unroute_init_closures() -> None:
   """Gives every routed closure its own code back."""
-  by_router = _ROUTING.get("by_router", {})
-  for fn in _functions_running(k.router for k in by_router.values()):
-    fn.__code__ = by_router[id(fn.__code__)].code
-  _ROUTING.clear()
+  with _ROUTE_LOCK:
+    by_router = _ROUTING.get("by_router", {})
+    for fn in list(_ROUTED):
+      kind = by_router.get(id(fn.__code__))
+      if kind is not None:
+        fn.__code__ = kind.code
+    _ROUTED.clear()
+    _ROUTING.clear()
+
+
+def _kind(factory: str) -> InitClosure:
+  """The InitClosure of ``factory``, learned here if this process has not
+  routed yet (a routed closure unpickled into a fresh process)."""
+  kind = _KNOWN.get(factory)
+  if kind is None:
+    import jax.nn.initializers as jax_inits  # pylint: disable=g-import-not-at-top
+    originals = {name: original_factory(getattr(jax_inits, name))
+                 for name in _ROUTERS}
+    kinds, _ = learn_init_closures(originals)
+    _KNOWN.update({k.factory: k for k in kinds})
+    kind = _KNOWN[factory]
+  return kind
 
 
 def call_routed(factory: str, values: tuple[Any, ...], *args: Any):
   """Where a routed closure of ``factory`` holding ``values`` goes."""
-  kind = _KNOWN[factory]
+  kind = _kind(factory)
   answer = _ROUTING.get("answer")
   original = functools.partial(kind.run_original, values, args)
   if answer is None:
     return original()
   return answer(factory, dict(zip(kind.arguments, values)), args, original)
+
+
+# ---------------------------------------------------------------------------
+# The factories themselves.
+#
+# A factory imported into a module before installing (``from
+# jax.nn.initializers import normal``) is JAX's function object, which no
+# attribute replacement reaches; its closures would carry JAX's code. So,
+# while installed, each factory (a plain function, no free variables, in
+# JAX 0.10.2 and 0.11.2) runs `_factory_router`: it calls JAX's code and
+# routes the closure it returns. The factory's name reaches the router as
+# the default of a keyword-only argument (the function object's
+# ``__kwdefaults__``, JAX's own being None); ``__signature__`` keeps
+# ``inspect.signature`` JAX's.
+
+
+def _factory_router(*args, _jaxfp8_factory=None, **kwargs):
+  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top,import-self
+  return compat.call_factory(_jaxfp8_factory, args, kwargs)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Factory:
+  fn: types.FunctionType
+  code: types.CodeType
+  defaults: Any
+  kwdefaults: Any
+
+  def original(self) -> types.FunctionType:
+    fn = types.FunctionType(self.code, self.fn.__globals__, self.fn.__name__,
+                            self.defaults, None)
+    fn.__kwdefaults__ = self.kwdefaults
+    return fn
+
+
+# name -> JAX's factory, kept after unrouting (a call may be under way).
+_FACTORIES: dict[str, _Factory] = {}
+_ROUTED_FACTORIES: list[str] = []
+
+
+def original_factory(fn: Any) -> Any:
+  """JAX's own factory behind ``fn`` (install()'s shim or a routed one)."""
+  fn = getattr(fn, "jaxfp8_original", fn)
+  if getattr(fn, "__code__", None) is _factory_router.__code__:
+    return _FACTORIES[fn.__kwdefaults__["_jaxfp8_factory"]].original()
+  return fn
+
+
+def route_factories(factories: Mapping[str, Any]) -> None:
+  """While installed, the closures ``factories`` make are routed."""
+  with _ROUTE_LOCK:
+    for name, fn in factories.items():
+      if (not isinstance(fn, types.FunctionType) or fn.__code__.co_freevars
+          or fn.__code__ is _factory_router.__code__):
+        continue  # a shim, an alias already routed, or not a plain function
+      _FACTORIES[name] = _Factory(fn, fn.__code__, fn.__defaults__,
+                                  fn.__kwdefaults__)
+      fn.__signature__ = inspect.signature(fn)
+      fn.__code__ = _factory_router.__code__
+      fn.__kwdefaults__ = {"_jaxfp8_factory": name}
+      _ROUTED_FACTORIES.append(name)
+
+
+def unroute_factories() -> None:
+  """Gives every routed factory its own code, defaults and signature back."""
+  with _ROUTE_LOCK:
+    while _ROUTED_FACTORIES:
+      f = _FACTORIES[_ROUTED_FACTORIES.pop()]
+      f.fn.__code__, f.fn.__kwdefaults__ = f.code, f.kwdefaults
+      del f.fn.__signature__
+
+
+def call_factory(name: str, args: tuple, kwargs: dict) -> Any:
+  """A routed factory's call: JAX's factory, its closure routed."""
+  return route_init_closure(_FACTORIES[name].original()(*args, **kwargs))
 
 
 # ---------------------------------------------------------------------------

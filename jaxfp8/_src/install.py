@@ -36,11 +36,12 @@ with; so an initializer asked for such a format raises a ``TypeError`` that
 points to formats XLA holds and to ``jaxfp8.encode``, wherever it is called
 from (:mod:`jaxfp8.nn.initializers` gives the codes to those who want them).
 
-Limits: only references held by JAX, Flax and Haiku modules are replaced.
-A factory imported into your own module before installing (``from
-jax.nn.initializers import normal``) still makes JAX's closures while
-installed; their samples reach jaxfp8, but their scale is applied in the
-format. Closures built before installing are routed wherever they are held.
+- The factories themselves, wherever they are held (a module that did
+  ``from jax.nn.initializers import normal`` before installing), route the
+  closures they make while installed (:func:`compat.route_factories`).
+
+Only references held by JAX, Flax and Haiku modules are replaced; closures
+and factories are routed wherever they are held.
 """
 from __future__ import annotations
 
@@ -252,6 +253,19 @@ def _shims(jax_inits: dict[str, Callable]) -> dict[int, Callable]:
   return shims
 
 
+_LEARNED: list[tuple[tuple[Any, ...], tuple[str, ...]]] = []
+
+
+def _init_closures(jax_inits: dict[str, Callable]):
+  """What JAX's closures look like: learned once, so that every install
+  routes with the same router code (a closure routed by an earlier install
+  is unrouted by a later uninstall)."""
+  if not _LEARNED:
+    _LEARNED.append(compat.learn_init_closures(
+        {name: compat.original_factory(fn) for name, fn in jax_inits.items()}))
+  return _LEARNED[0]
+
+
 # ---------------------------------------------------------------------------
 # The public functions.
 
@@ -277,7 +291,7 @@ def install() -> None:
       return
     jax_inits = {name: getattr(jax.nn.initializers, name)
                  for name in ours.FACTORIES + ours.INITIALIZERS}
-    kinds, unknown = compat.learn_init_closures(jax_inits)
+    kinds, unknown = _init_closures(jax_inits)
     if unknown:
       warnings.warn(
           f"jaxfp8.install(): this JAX's jax.nn.initializers closures of "
@@ -294,6 +308,7 @@ def install() -> None:
       setattr(owner, attr, shim)
       _PATCHES.append((owner, attr, original))
     compat.route_init_closures(kinds, _initialize)
+    compat.route_factories({name: jax_inits[name] for name in ours.FACTORIES})
 
 
 def uninstall() -> None:
@@ -307,6 +322,7 @@ def uninstall() -> None:
   True
   """
   with _LOCK:
+    compat.unroute_factories()
     compat.unroute_init_closures()
     while _PATCHES:
       owner, attr, original = _PATCHES.pop()
