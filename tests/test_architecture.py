@@ -21,7 +21,7 @@ MAX_LINES = 600
 # Modules that may import a framework (each integrates jaxfp8 with one).
 INTEGRATIONS = {
     "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8_flax",
-    "jaxfp8._src.install",
+    "jaxfp8._src.install", "jaxfp8._src.mx_flax",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
 
@@ -81,12 +81,39 @@ def _private_uses(module: str) -> list[str]:
       for a in node.names:
         if a.name.split(".")[0] == "jaxfp8" and a.asname:
           aliases[a.asname] = a.name
+  def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+  def dotted(node) -> str | None:
+    """``a.b.c`` of a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+      parts.append(node.attr)
+      node = node.value
+    if not isinstance(node, ast.Name):
+      return None
+    return ".".join([node.id, *reversed(parts)])
+
   for node in ast.walk(TREES[module]):
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id in aliases and node.attr.startswith("_")
-        and not node.attr.startswith("__")):
-      found.append(f"line {node.lineno}: {node.value.id}.{node.attr} "
-                   f"({aliases[node.value.id]})")
+    if isinstance(node, ast.Attribute) and private(node.attr):
+      owner = dotted(node.value)
+      full = f"{owner}.{node.attr}"
+      if any(m == full or m.startswith(full + ".") for m in SOURCES):
+        continue  # a module path (jaxfp8._src...), not a private name
+      if owner in aliases:
+        found.append(f"line {node.lineno}: {owner}.{node.attr} "
+                     f"({aliases[owner]})")
+      elif owner and owner.split(".")[0] == "jaxfp8" and owner in SOURCES:
+        found.append(f"line {node.lineno}: {owner}.{node.attr}")
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+          and node.func.id == "getattr" and len(node.args) >= 2
+          and isinstance(node.args[1], ast.Constant)
+          and isinstance(node.args[1].value, str)
+          and private(node.args[1].value)):
+      owner = dotted(node.args[0])
+      if owner in aliases or (owner or "").split(".")[0] == "jaxfp8":
+        found.append(f"line {node.lineno}: getattr({owner}, "
+                     f"{node.args[1].value!r})")
   return found
 
 
@@ -160,10 +187,12 @@ def test_frameworks_only_in_integration_modules(module):
 def test_the_checks_see_violations():
   """The scanners find what they look for (a test that can fail)."""
   tree = ast.parse("from jaxfp8._src import cast as c\nc._x\n"
-                   "from jaxfp8._src.cast import _y\n")
+                   "from jaxfp8._src.cast import _y\n"
+                   "getattr(c, '_z')\nimport jaxfp8._src.cast\n"
+                   "jaxfp8._src.cast._w\n")
   TREES["jaxfp8._src.__probe__"] = tree
   SOURCES["jaxfp8._src.__probe__"] = ROOT / "_src" / "probe.py"
   try:
-    assert len(_private_uses("jaxfp8._src.__probe__")) == 2
+    assert len(_private_uses("jaxfp8._src.__probe__")) == 4
   finally:
     del TREES["jaxfp8._src.__probe__"], SOURCES["jaxfp8._src.__probe__"]

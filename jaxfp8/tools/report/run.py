@@ -2,7 +2,7 @@
 
 Each worker serves one side (native JAX or jaxfp8) and many formats in turn;
 the parent sends one task per line and reads ``BEGIN``/``RESULT`` lines back
-(see ``report_worker``). When a worker dies, the task it had begun becomes the
+(see :mod:`jaxfp8.tools.report.worker`). When a worker dies, the task it had begun becomes the
 cell "abort" (with the signal and XLA's last message) and the tasks after it
 run in a fresh worker; a task that does not answer in time is a "timeout".
 """

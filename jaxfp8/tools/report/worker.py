@@ -50,7 +50,7 @@ class Op:
     shape: shape of the sample or of the initialized array.
     direct: the initializer is a function itself (zeros, ones), no factory.
     law: the real-valued law whose rounding is the right answer (see
-      ``report_laws``), or None where there is no closed form.
+      :mod:`jaxfp8.tools.report.laws`), or None where there is no closed form.
     family: plots group rows by family (one PNG each).
   """
   name: str
