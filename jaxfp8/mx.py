@@ -15,8 +15,33 @@ from jaxfp8._src.mx_formats import get_format as get_format
 from jaxfp8._src.mx_formats import MX_FORMATS as MX_FORMATS
 from jaxfp8._src.mx_formats import MXFormat as MXFormat
 from jaxfp8._src.mx_quantize import SCALE_MODES as SCALE_MODES
+from jaxfp8._src.mx_train import dot_general as dot_general
+from jaxfp8._src.mx_train import fake_quantize as fake_quantize
+from jaxfp8._src.mx_train import get_recipe as get_recipe
+from jaxfp8._src.mx_train import MXRecipe as MXRecipe
+
+# Defined in jaxfp8._src.mx_flax, which imports Flax: loaded on first use.
+_FLAX_NAMES = (
+    "MXDotGeneral", "NnxMXDotGeneral", "dequantize_params", "linen_mx",
+    "nnx_mx", "packed_bytes", "quantize_params",
+)
+
+
+def __getattr__(name: str):
+  if name in _FLAX_NAMES:
+    from jaxfp8._src import mx_flax  # pylint: disable=g-import-not-at-top
+    return getattr(mx_flax, name)
+  raise AttributeError(f"module 'jaxfp8.mx' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted({*globals(), *_FLAX_NAMES})
+
 
 __all__ = [
-    "MXArray", "MXFormat", "MX_FORMATS", "SCALE_MODES", "dequantize",
-    "from_scaled", "get_format", "matmul", "quantize", "to_scaled",
+    "MXArray", "MXDotGeneral", "MXFormat", "MXRecipe", "MX_FORMATS",
+    "NnxMXDotGeneral", "SCALE_MODES", "dequantize", "dequantize_params",
+    "dot_general", "fake_quantize", "from_scaled", "get_format", "get_recipe",
+    "linen_mx", "matmul", "nnx_mx", "packed_bytes", "quantize",
+    "quantize_params", "to_scaled",
 ]

@@ -13,11 +13,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import mx_pack
 from jaxfp8._src import mx_quantize
+from jaxfp8._src import mx_view
 from jaxfp8._src import rounding as rounding_lib
 from jaxfp8._src import validate
 from jaxfp8._src.mx_formats import get_format
@@ -60,7 +63,7 @@ class MXArray:
   """
 
   __slots__ = ("data", "scales", "tensor_scale", "fmt", "axis", "length",
-               "block_size")
+               "block_size", "_source")
 
   def __init__(self, data, scales, fmt, *, axis: int, length: int,
                block_size: int, tensor_scale=None):
@@ -68,6 +71,7 @@ class MXArray:
     self.fmt = get_format(fmt, fn="MXArray")
     self.axis, self.length, self.block_size = int(axis), int(length), int(
         block_size)
+    self._source = None
     if self.axis >= 0:
       raise ValueError("`axis` of MXArray is stored as a negative index, got "
                        f"{axis}")
@@ -82,6 +86,7 @@ class MXArray:
     obj.data, obj.scales, obj.tensor_scale = children
     obj.fmt = get_format(aux[0])
     obj.axis, obj.length, obj.block_size = aux[1:]
+    obj._source = None
     return obj
 
   @property
@@ -113,6 +118,68 @@ class MXArray:
   def dequantize(self, dtype: Any = jnp.float32) -> jax.Array:
     """The values ``element * scale`` (see :func:`dequantize`)."""
     return dequantize(self, dtype)
+
+  @property
+  def T(self) -> "MXArray":  # pylint: disable=invalid-name
+    """The axes reversed (see :meth:`transpose`)."""
+    return self.transpose()
+
+  def transpose(self, *axes: Any) -> "MXArray":
+    """Permutes the axes; the blocked axis moves with its blocks.
+
+    >>> import jax.numpy as jnp
+    >>> a = quantize(jnp.ones((64, 3)), "mxfp4_e2m1", axis=0)
+    >>> a.T
+    MXArray(mxfp4_e2m1, shape=(3, 64), axis=-1, block_size=32)
+    """
+    return mx_view.transpose(self, axes)
+
+  def reshape(self, *shape: Any) -> "MXArray":
+    """Regroups the axes before and after the blocked axis (which stays).
+
+    >>> import jax.numpy as jnp
+    >>> quantize(jnp.ones((2, 3, 64)), "mxfp8_e4m3").reshape(6, 64)
+    MXArray(mxfp8_e4m3, shape=(6, 64), axis=-1, block_size=32)
+    """
+    return mx_view.reshape(self, shape)
+
+  def __getitem__(self, index: Any) -> "MXArray":
+    """Indexing of the unblocked axes; block-aligned slices of the blocked one.
+
+    >>> import jax.numpy as jnp
+    >>> quantize(jnp.ones((4, 96)), "mxfp6_e2m3")[1, 32:]
+    MXArray(mxfp6_e2m3, shape=(64,), axis=-1, block_size=32)
+    """
+    return mx_view.getitem(self, index)
+
+  def __len__(self) -> int:
+    return self.shape[0]
+
+  def __iter__(self):
+    """Iterates over the first axis (which must not be the blocked one)."""
+    return (self[i] for i in range(len(self)))
+
+  def with_storage(self, data, scales, tensor_scale, *, axis: int,
+                   length: int, source: Any = None) -> "MXArray":
+    """A new MXArray of this format and block size from storage arrays.
+
+    ``source``, when given, is the float32 array whose straight-through
+    gradient :func:`dequantize` passes on (see :func:`quantize`).
+    """
+    out = MXArray(data, scales, self.fmt, axis=axis, length=length,
+                  block_size=self.block_size, tensor_scale=tensor_scale)
+    out._source = source
+    return out
+
+  @property
+  def source(self) -> Any:
+    """The traced float32 array this MXArray was quantized from, or None.
+
+    Set by :func:`quantize` when ``x`` is traced (under ``grad``, ``jit``,
+    ``vmap``); :func:`dequantize` differentiates as the identity in it. A
+    pytree round trip (a ``jit`` or ``scan`` boundary) drops it.
+    """
+    return self._source
 
   def __repr__(self) -> str:
     return (f"MXArray({self.fmt.name}, shape={self.shape}, axis={self.axis}, "
@@ -205,6 +272,13 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
   ``"ceil"`` and ``"rceil"``, to nearest for ``"even"``.
   A block with NaN or Inf gets the E4M3 NaN scale (0x7F).
 
+  Gradients: ``quantize(x, ...).dequantize()`` (and ``mx.matmul`` of the
+  result) differentiates as the identity in ``x`` (straight-through), also
+  for elements that saturated or rounded to zero, like ``jaxfp8.cast``. The
+  MXArray keeps the traced ``x`` for this; a pytree round trip (a ``jit``
+  boundary between quantize and dequantize) drops it, and differentiating
+  storage without it raises ``TypeError`` instead of giving zeros.
+
   Args:
     x: real array (float32 is exact; other dtypes are converted to float32).
     fmt: ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"``, ``"mxfp6_e2m3"``,
@@ -262,8 +336,11 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
   data, scales, tensor_scale = mx_quantize.quantize_blocks(
       x32, mx, block_size=block_size, axis=axis, scale_mode=scale_mode,
       rounding=rounding, rand=rand)
-  return MXArray(data, scales, mx, axis=axis, length=n, block_size=block_size,
-                 tensor_scale=tensor_scale)
+  out = MXArray(data, scales, mx, axis=axis, length=n, block_size=block_size,
+                tensor_scale=tensor_scale)
+  if isinstance(x32, compat.Tracer):
+    out._source = x32  # pylint: disable=protected-access
+  return out
 
 
 def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
@@ -302,10 +379,65 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
     raise TypeError(f"`a` argument to `dequantize` must be an MXArray, got "
                     f"{type(a).__name__}")
   dtype = _check_dtype(dtype, "dequantize")
+  leaves = (a.data, a.scales, a.tensor_scale)
+  source = a.source
+  if source is None:
+    leaves = _no_gradient_leaves(*leaves)
+  else:
+    leaves = jax.tree_util.tree_map(lax.stop_gradient, leaves)
   out = mx_quantize.dequantize_blocks(
-      a.data, a.scales, a.tensor_scale, a.fmt, axis=a.axis, length=a.length,
-      block_size=a.block_size)
+      *leaves, a.fmt, axis=a.axis, length=a.length, block_size=a.block_size)
+  if source is not None:
+    try:
+      out = _straight_through(source, out)
+    except jax.errors.UnexpectedTracerError as e:
+      raise ValueError(
+          "`dequantize`: this MXArray was quantized inside a transformation "
+          "(jit, vmap, grad) that has finished, so its straight-through "
+          "gradient source is gone; dequantize it inside the same "
+          "transformation, or use mx.fake_quantize") from e
   return out if dtype == np.float32 else out.astype(dtype)
+
+
+@jax.custom_jvp
+def _straight_through(source, values):
+  """``values``, differentiated as the identity in ``source``."""
+  del source
+  return values
+
+
+@_straight_through.defjvp
+def _straight_through_jvp(primals, tangents):
+  source, values = primals
+  return _straight_through(source, values), tangents[0].astype(values.dtype)
+
+
+def no_gradient(a: MXArray) -> MXArray:
+  """``a`` whose storage raises ``TypeError`` when differentiated.
+
+  For ops that read an MXArray's storage without its straight-through
+  source: integers carry no gradient, and silent zeros would stop training.
+  """
+  data, scales, ts = _no_gradient_leaves(a.data, a.scales, a.tensor_scale)
+  return a.with_storage(data, scales, ts, axis=a.axis, length=a.length)
+
+
+@jax.custom_jvp
+def _no_gradient_leaves(data, scales, tensor_scale):
+  """The storage unchanged; differentiating it raises (it has no source)."""
+  return data, scales, tensor_scale
+
+
+@_no_gradient_leaves.defjvp
+def _no_gradient_jvp(primals, tangents):
+  del primals, tangents
+  raise TypeError(
+      "MX storage carries no gradient: this MXArray was not quantized from a "
+      "traced array in the function being differentiated (packed data and "
+      "scale codes are integers, and a pytree round trip such as a jit "
+      "boundary drops the straight-through source); call mx.quantize inside "
+      "the differentiated function, or use mx.fake_quantize / "
+      "mx.dot_general, whose gradients are straight-through by construction")
 
 
 def _check_dtype(dtype: Any, fn: str) -> np.dtype:

@@ -212,7 +212,12 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
     method: ``"dequantize"`` (default): dequantize both operands exactly and
       multiply in float32 at HIGHEST precision. ``"scaled_dot"``: hand the
       elements and scales to ``jax.lax.scaled_dot`` (2-D or 3-D MX operands of
-      the same block size, not fp6); accumulation order may differ.
+      the same block size, not fp6); accumulation order may differ. A plain
+      operand is quantized in the other's format and block size first
+      (dynamic MX activations against packed weights).
+
+  Gradients are straight-through in the operands' sources (see
+  :func:`jaxfp8._src.mx.quantize`), for both methods.
 
   >>> import jax.numpy as jnp
   >>> from jaxfp8._src.mx import quantize
@@ -232,12 +237,55 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
                      f"contracting size (a's last axis, b's second to last), "
                      f"got shapes {a.shape} and {b.shape}")
   if method == "scaled_dot":
-    return _scaled_dot(a, b, preferred_element_type)
+    a, b = _as_mx(a, b, -1), _as_mx(b, a, -2)
+    return _straight_through_product(
+        a, b, _scaled_dot(a, b, preferred_element_type))
   da = a.dequantize() if isinstance(a, _mx.MXArray) else a.astype(jnp.float32)
   db = b.dequantize() if isinstance(b, _mx.MXArray) else b.astype(jnp.float32)
   out = jnp.matmul(da, db, precision=lax.Precision.HIGHEST,
                    preferred_element_type=jnp.float32)
   return out.astype(preferred_element_type)
+
+
+def _as_mx(x, other, axis: int):
+  """A plain operand of ``scaled_dot`` quantized like the MX one (dynamic)."""
+  if isinstance(x, _mx.MXArray):
+    return x
+  if not isinstance(other, _mx.MXArray):
+    raise NotImplementedError("`matmul` with method='scaled_dot' needs at "
+                              "least one MXArray operand")
+  return _mx.quantize(x, other.fmt, block_size=other.block_size, axis=axis,
+                      pad=True)
+
+
+def _straight_through_product(a, b, out):
+  """``out`` (``scaled_dot``'s product), differentiated as ``a @ b`` of the
+  dequantized operands in their straight-through sources (raises when an
+  operand has none: its storage carries no gradient)."""
+  parts = []
+  for x in (a, b):
+    if x.source is None:
+      x = _mx.no_gradient(x)
+      parts += [lax.stop_gradient(jnp.zeros(x.shape, jnp.float32))]
+    else:
+      parts += [x.source]
+    parts += [lax.stop_gradient(x.dequantize())]
+  return _st_product(parts[0], parts[2], parts[1], parts[3], out)
+
+
+@jax.custom_jvp
+def _st_product(src_a, src_b, da, db, out):
+  del src_a, src_b, da, db
+  return out
+
+
+@_st_product.defjvp
+def _st_product_jvp(primals, tangents):
+  _, _, da, db, out = primals
+  ta, tb = tangents[:2]
+  hi = lax.Precision.HIGHEST
+  t = jnp.matmul(ta, db, precision=hi) + jnp.matmul(da, tb, precision=hi)
+  return _st_product(*primals), t.astype(out.dtype)
 
 
 def _int8_scale_shift(elements, codes, axis: int):

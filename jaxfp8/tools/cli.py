@@ -14,7 +14,9 @@ from jaxfp8.tools import bench as bench_pkg
 
 
 def bench_suites() -> list[str]:
-  return sorted(m.name for m in pkgutil.iter_modules(bench_pkg.__path__)
+  """The suites' command names: module names with ``-`` for ``_``."""
+  return sorted(m.name.replace("_", "-")
+                for m in pkgutil.iter_modules(bench_pkg.__path__)
                 if not m.name.startswith("_"))
 
 
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         b.print_help()
         return 0
       b.error("the following arguments are required: suite")
-    module = importlib.import_module(f"jaxfp8.tools.bench.{args.suite}")
+    module = importlib.import_module(
+        f"jaxfp8.tools.bench.{args.suite.replace('-', '_')}")
     return module.main((["--help"] if args.help else []) + rest)
   if rest:
     parser.error(f"unrecognized arguments: {' '.join(rest)}")
