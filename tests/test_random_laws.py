@@ -5,7 +5,9 @@
   equals the 2^-32-quantized rounded law value by value (so every probability
   is within 2^-32, and dyadic laws are exact);
 - the table method's law: within 2^-16 of the rounded law;
-- the pooled refinement: distinct slots per sample, fresh bits on overflow.
+- the pooled refinement: distinct slots per sample, fresh bits on overflow;
+- the DDG tree sampler (the table method's): its levels give the masses
+  exactly, ranks are dense, pools fall back to fresh bits.
 """
 import jax
 import jax.numpy as jnp
@@ -169,15 +171,6 @@ def test_table_law_within_resolution(case, table_bits, fmt):
   assert np.all(table_p * 2**table_bits == np.round(table_p * 2**table_bits))
 
 
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float4_e2m1fn"])
-def test_compacted_table_has_the_same_law(fmt):
-  full = table_method.plan("uniform", fmt, (), 16)
-  small = table_method._compact("uniform", fmt, (), 16)
-  assert len(small) < len(full)
-  np.testing.assert_array_equal(np.repeat(small, len(full) // len(small)),
-                                full)
-
-
 def test_quantize_is_within_one_unit_and_keeps_dyadic_laws():
   rng = np.random.default_rng(0)
   p = rng.dirichlet(np.ones(200))
@@ -234,3 +227,73 @@ def test_refinement_overflow_takes_a_fresh_stream():
   r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
   _, k_fallback = jax.random.split(key)
   np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
+
+
+def tree_law(plan, fmt) -> np.ndarray:
+  """The law a DDG tree plan samples, read back from its levels (2^32 units)."""
+  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
+  q = np.zeros(len(formats.get(fmt).values), np.int64)
+  if plan.kind == "pure":
+    for c in plan.main:
+      q[index[int(c)]] += 1 << (32 - plan.width)
+    return q
+  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
+    for c in plan.main[start:start + pure]:  # pure entries of level k
+      q[index[int(c)]] += 1 << (32 - 8 * k)
+  return q
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", LAWS[:10], ids=law_id)
+def test_ddg_tree_samples_the_masses_exactly(case, fmt):
+  name, params, _ = case
+  _, probs = laws.rounded_law(name, fmt, **params)
+  q = laws.quantize(probs, 32)
+  plan = exact.plan_for_masses(q, formats.get(fmt).codes)
+  np.testing.assert_array_equal(tree_law(plan, fmt), q)
+  if plan.kind == "ddg":  # four levels at most, the last without deep entries
+    assert len(plan.deep) == 4 and plan.deep[-1] == 0
+    sizes = [256] + [d * 256 for d in plan.deep[:-1]]
+    assert list(np.diff(list(plan.offset) + [len(plan.main)])) == sizes
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2",
+                                 "float4_e2m1fn"])
+@pytest.mark.parametrize("table_bits", [8, 16])
+def test_table_is_drawn_by_a_tree_with_its_own_law(fmt, table_bits):
+  p = table_method.sampling_plan("normal", fmt, (), table_bits)
+  _, probs = table_method.table_law("normal", fmt, table_bits=table_bits)
+  np.testing.assert_array_equal(tree_law(p, fmt) / 2**32, probs)
+  assert p.kind == "pure" or p.levels <= 2  # dyadic at 2^-16: two levels
+  assert table_method.bits_per_sample("normal", formats.get(fmt), {},
+                                      table_bits) <= 10
+
+
+@pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
+def test_ranks_are_distinct_and_dense(p):
+  rng = np.random.default_rng(1)
+  mask = rng.random((32, 96)) < p
+  rank, total = exact.ranks(jnp.asarray(mask))
+  assert int(total) == mask.sum()
+  np.testing.assert_array_equal(np.sort(np.asarray(rank)[mask]),
+                                np.arange(mask.sum()))
+
+
+def test_tree_refinement_gives_each_deep_sample_its_own_slot():
+  rng = np.random.default_rng(2)
+  deep = rng.random((32, 64)) < 0.2
+  key = jax.random.key(3)
+  rank, total = exact.ranks(jnp.asarray(deep))
+  slots = 4 * 128
+  r = exact.refinement(key, rank, total, slots, 1)[0]
+  k_pool, _ = jax.random.split(key)
+  pool = np.asarray(exact.chunked_words(k_pool, slots // 4)).view(np.uint8)
+  np.testing.assert_array_equal(np.asarray(r)[deep],
+                                pool[np.asarray(rank)[deep]])
+
+
+
+def test_pow2_words_are_few_powers_of_two():
+  for n in [1, 63, 64, 65, 1000, 245_000, 1 << 20, (1 << 20) + 1]:
+    m = exact.pow2_words(n)
+    assert n <= m <= n + n / 32 + 1 and bin(m).count("1") <= 6

@@ -1,15 +1,20 @@
 """``python -m jaxfp8 bench random``: narrow-format samplers against jax.random.
 
-For each distribution and format, times side by side in one run (interleaved
-medians, every function jitted, 2^22 samples by default):
+For each key implementation (threefry2x32, rbg, unsafe_rbg), times every
+sampler of every distribution and format in one round-robin whose order
+rotates from round to round (medians, every function jitted, 2^22 samples by
+default):
 
+- ``float32``: ``jax.random.<dist>(key, shape, jnp.float32)``, the float32
+  sample alone (the ``x jax f32`` column);
 - ``f32->fmt``: ``jax.random.<dist>(key, shape, jnp.float32).astype(fmt)``,
   the usual workaround -- the baseline of every ratio;
 - ``native``: ``jax.random.<dist>(key, shape, fmt)`` where JAX accepts it
   (its samples are wrong: see docs/random.md);
 - ``exact``, ``table``, ``cast``: ``jaxfp8.random.<dist>(..., method=...)``.
 
-Prints a markdown table of samples/s and ratios (higher is faster), then
+Prints, per key implementation, a markdown table of random bits per sample
+(every word drawn counted), samples/s and ratios (higher is faster), then
 the rows left out because they can't exist: ``f32->fmt`` and ``native`` for
 formats JAX can't hold in arrays (float6 on JAX 0.10; their ratios are then
 over jaxfp8's ``cast`` method), and the methods jaxfp8 refuses for a law and
@@ -73,10 +78,28 @@ def _refusal(our_fn, fmt, method: str) -> str | None:
   return None
 
 
-def run(dists, fmts, n: int, repeats: int,
-        notes: list[str] | None = None) -> list[list[object]]:
+KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+
+def _bits(dist: str, fmt, variant: str) -> float:
+  params = _LAW_PARAMS.get(dist, {})
+  if variant == "table":
+    return table_method.bits_per_sample(dist, fmt, params)
+  if variant == "exact":
+    return exact_method.bits_per_sample(dist, fmt, params)
+  return 32
+
+
+def run(dists, fmts, n: int, repeats: int, notes: list[str] | None = None,
+        impl: str = "threefry2x32") -> list[list[object]]:
   """Rows ``[dist, format, variant, bits/sample, Msamples/s, x f32->fmt,
-  x native]``.
+  x jax f32, x native]`` for keys of implementation ``impl``.
+
+  Every function of every law and format is timed in one round-robin whose
+  order rotates from round to round (:func:`timing.interleaved_medians`), so
+  noise and the slowdown after a large call hit all alike. ``x jax f32`` is
+  the ratio to ``jax.random.<dist>(key, shape, jnp.float32)`` alone: the
+  float32 sample, not rounded.
 
   Variants that can't exist are left out, with a line in ``notes``: the
   ``f32->fmt`` and ``native`` rows of formats JAX can't hold in arrays
@@ -85,30 +108,32 @@ def run(dists, fmts, n: int, repeats: int,
   for a law and format (``exact`` and ``table`` for unsigned E8M0).
   """
   notes = [] if notes is None else notes
-  key = jax.random.key(0)
+  key = jax.random.key(0, impl=impl)
   shape = (n,)
-  rows = []
+  fns, groups = {}, []
   for dist in dists:
     jax_fn, our_fn = _DISTS[dist]
+    f32 = (dist, "float32")
+    fns[f32] = jax.jit(lambda k, jax_fn=jax_fn: jax_fn(k, shape, jnp.float32))
     for name in fmts:
       fmt = formats.get(name)
-      fns = {}
+      here = {}
       if fmt.native:
-        fns["f32->fmt"] = jax.jit(
+        here["f32->fmt"] = jax.jit(
             lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(k, shape, jnp.float32)
             .astype(fmt.dtype))
         if _native_works(jax_fn, fmt):
-          fns["native"] = jax.jit(lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(
+          here["native"] = jax.jit(lambda k, jax_fn=jax_fn, fmt=fmt: jax_fn(
               k, shape, fmt.dtype))
       for m in METHODS:
         why = _refusal(our_fn, fmt, m)
         if why is not None:
           notes.append(f"{dist}, {fmt.name}: no {m} row ({why})")
           continue
-        fns[m] = jax.jit(lambda k, our_fn=our_fn, fmt=fmt, m=m: our_fn(
+        here[m] = jax.jit(lambda k, our_fn=our_fn, fmt=fmt, m=m: our_fn(
             k, shape, fmt.name, m))
-      base_name = "f32->fmt" if "f32->fmt" in fns else "cast"
-      if base_name not in fns:
+      base_name = "f32->fmt" if "f32->fmt" in here else "cast"
+      if base_name not in here:
         notes.append(f"{dist}, {fmt.name}: no rows (no baseline to compare "
                      "with)")
         continue
@@ -116,20 +141,21 @@ def run(dists, fmts, n: int, repeats: int,
         notes.append(f"{dist}, {fmt.name}: JAX {jax.__version__} can't hold "
                      "its arrays, so no f32->fmt or native rows; its "
                      "'x f32->fmt' column is over jaxfp8's cast method")
-      times = timing.interleaved_medians(
-          {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
-      base, native = times[base_name], times.get("native")
-      params = _LAW_PARAMS.get(dist, {})
-      for variant, t in times.items():
-        if variant == "table":
-          bits = table_method.bits_per_sample(dist, fmt, params)
-        elif variant == "exact":
-          bits = exact_method.bits_per_sample(dist, fmt, params)
-        else:
-          bits = 32
-        rows.append([dist, fmt.name, variant, f"{bits:.3g}",
-                     f"{n / t / 1e6:.1f}", f"{base / t:.2f}",
-                     f"{native / t:.2f}" if native else "n/a"])
+      fns.update({(dist, fmt.name, v): f for v, f in here.items()})
+      groups.append((dist, fmt, base_name, list(here)))
+  times = timing.interleaved_medians(
+      {k: (lambda f=f: f(key)) for k, f in fns.items()}, repeats=repeats)
+  rows = []
+  for dist, fmt, base_name, variants in groups:
+    base = times[(dist, fmt.name, base_name)]
+    native = times.get((dist, fmt.name, "native"))
+    f32 = times[(dist, "float32")]
+    for variant in variants:
+      t = times[(dist, fmt.name, variant)]
+      rows.append([dist, fmt.name, variant,
+                   f"{_bits(dist, fmt, variant):.3g}", f"{n / t / 1e6:.1f}",
+                   f"{base / t:.2f}", f"{f32 / t:.2f}",
+                   f"{native / t:.2f}" if native else "n/a"])
   return rows
 
 
@@ -179,6 +205,9 @@ def main(argv: list[str]) -> int:
                       help="narrow formats by name or alias")
   parser.add_argument("--dists", nargs="+", choices=sorted(_DISTS),
                       default=["uniform", "normal", "truncated_normal"])
+  parser.add_argument("--impls", nargs="+", choices=KEY_IMPLS,
+                      default=list(KEY_IMPLS),
+                      help="key implementations to time (default: all)")
   parser.add_argument("--bits", action="store_true",
                       help="print the bits-per-sample table of `exact` for "
                       "every law and the given formats, and exit")
@@ -192,17 +221,20 @@ def main(argv: list[str]) -> int:
   if args.bits:
     print(bits_table(fmts))
     return 0
-  notes: list[str] = []
-  rows = run(args.dists, fmts, 2**args.log2n, args.repeats, notes)
   print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
         f"JAX {jax.__version__}, {jax.default_backend()} "
         f"({platform.machine()}, {jax.device_count()} device(s)), "
-        f"2^{args.log2n} samples, median of {args.repeats}")
-  print(timing.markdown_table(
-      ["dist", "format", "variant", "bits/sample", "Msamples/s",
-       "x f32->fmt", "x native"], rows))
+        f"2^{args.log2n} samples, median of {args.repeats}, one rotating "
+        "round-robin per key implementation")
+  notes: list[str] = []
+  for impl in args.impls:
+    rows = run(args.dists, fmts, 2**args.log2n, args.repeats, notes, impl)
+    print(f"\n## keys: {impl}\n")
+    print(timing.markdown_table(
+        ["dist", "format", "variant", "bits/sample", "Msamples/s",
+         "x f32->fmt", "x jax f32", "x native"], rows))
   if notes:
     print("\nLeft out:")
-    for note in notes:
+    for note in dict.fromkeys(notes):
       print(f"- {note}")
   return 0
