@@ -12,7 +12,9 @@ from scipy import stats
 
 import jaxfp8
 from jaxfp8 import es
+from jaxfp8._src import es as es_lib
 from jaxfp8._src import formats
+from jaxfp8._src import rounding as rounding_lib
 
 # Signed narrow formats: native fp8, float4 (native), float6 (CodeArray).
 FORMATS = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
@@ -311,3 +313,115 @@ def test_openai_es_settings_may_be_traced():
     return opt.tell(state, eps, jnp.arange(8.0)).sigma
   np.testing.assert_allclose(np.asarray(jax.vmap(run)(jnp.array([0.9, 0.5]))),
                              [0.09, 0.05], rtol=1e-6)
+
+
+# -- blocks: large populations are drawn block by block ------------------------
+
+def test_block_rows():
+  assert es_lib.block_rows(2048, 100_000, 1 << 22) == 32
+  assert es_lib.block_rows(8, 10, 1 << 22) == 8  # fits: one draw
+  assert es_lib.block_rows(12, 10, 40) == 4  # the largest divisor that fits
+  assert es_lib.block_rows(7, 10, 40) == 1  # a prime: one row a block
+  assert es_lib.block_rows(4, 100, 10) == 1  # a row larger than a block
+
+
+@pytest.mark.parametrize("antithetic", [True, False])
+@pytest.mark.parametrize("fmt", POP_DTYPES)
+def test_blocks_are_draws_with_folded_keys(monkeypatch, fmt, antithetic):
+  # 2 rows of 35 entries a block: block t is normal(fold_in(key, t), (2, 5, 7))
+  # and holds rows t and t + steps of the half; wide dtypes are never blocked.
+  monkeypatch.setattr(es_lib, "BLOCK_ENTRIES", 70)
+  key = jax.random.key(3)
+  eps = es.perturbations(key, 16, (5, 7), fmt, antithetic=antithetic)
+  rows = 8 if antithetic else 16
+  steps = rows // 2
+  if fmt == "float32":
+    want = jax.random.normal(key, (rows, 5, 7))
+    np.testing.assert_array_equal(_codes(eps[:rows]), _codes(want))
+  else:
+    for t in range(steps):
+      want = jaxfp8.random.normal(jax.random.fold_in(key, t), (2, 5, 7), fmt)
+      np.testing.assert_array_equal(_codes(eps[t::steps][:2]), _codes(want))
+  if antithetic:
+    np.testing.assert_array_equal(_values(eps[8:]), -_values(eps[:8]))
+  assert not np.isnan(_values(eps)).any()
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float4_e2m1fn"])
+def test_blocked_perturbation_law(monkeypatch, fmt):
+  monkeypatch.setattr(es_lib, "BLOCK_ENTRIES", 1 << 16)  # 4 rows, 16 blocks
+  eps = es.perturbations(jax.random.key(9), 128, (1 << 14,), fmt)
+  values, probs = rounded_normal_law(fmt)
+  p, tv = _chi2_tv(_values(eps[:64]).ravel(), values, probs)
+  assert p > 1e-4 and tv < 0.01, (fmt, p, tv)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e2m3fn",
+                                 "float4_e2m1fn"])
+def test_blocked_sample_population(monkeypatch, fmt, rounding):
+  monkeypatch.setattr(es_lib, "BLOCK_ENTRIES", 70)
+  key = jax.random.key(4)
+  mean = jnp.linspace(-3.0, 3.0, 35).reshape(5, 7)
+  pop = es.sample_population(key, mean, 0.25, 16, fmt, rounding=rounding)
+  key_eps, key_round = jax.random.split(key)
+  eps = es.perturbations(key_eps, 16, (5, 7), fmt)  # the same blocks
+  x = np.asarray(mean) + np.float32(0.25) * _values(eps).astype(np.float32)
+  if rounding == "nearest":
+    np.testing.assert_array_equal(_codes(pop), _codes(jaxfp8.cast(x, fmt)))
+  else:  # block t's bits: bits(fold_in(key_round, t)) over its 4 rows
+    for t in range(4):
+      bits = jax.random.bits(jax.random.fold_in(key_round, t), (4, 5, 7),
+                             jnp.uint32)
+      rows = [t, t + 4, 8 + t, 8 + t + 4]
+      want = rounding_lib.round_to(jnp.asarray(x[rows]), formats.get(fmt),
+                                   rounding="stochastic", rand=bits)
+      np.testing.assert_array_equal(_codes(pop[np.array(rows)]), _codes(want))
+
+
+def test_block_memory_is_a_quarter_of_float32s():
+  # The compiled programs at 4096 x 100,000 (compiled, not run): argument +
+  # output + temporaries, fp8 against float32 (docs/es.md, `bench es --memory`).
+  key, n = jax.random.key(0), 100_000
+  mean = jnp.zeros(n)
+  def program(f, *args):
+    m = jax.jit(f).lower(*args).compile().memory_analysis()
+    return (m.argument_size_in_bytes + m.output_size_in_bytes
+            + m.temp_size_in_bytes)
+  for f, args in (
+      (lambda dt: lambda k: es.perturbations(k, 4096, n, dt), (key,)),
+      (lambda dt: lambda k, m: es.sample_population(k, m, 0.1, 4096, dt),
+       (key, mean)),
+      (lambda dt: lambda k: es.OpenAIES(4096, optax.sgd(1.0), dtype=dt).ask(
+          k, es.ESState(mean, jnp.float32(0.1), (), jnp.int32(0))), (key,))):
+    ratio = program(f("e4m3"), *args) / program(f(jnp.float32), *args)
+    assert ratio <= 0.25, ratio
+
+
+def test_sample_population_refuses_a_nan_sigma():
+  key, mean = jax.random.key(0), jnp.zeros(5)
+  for sigma in (float("nan"), np.inf, jnp.array([0.1, 0.1, jnp.nan, 0.1, 0.1])):
+    with pytest.raises(ValueError, match="`sigma` argument to `sample_popul"):
+      es.sample_population(key, mean, sigma, 4, "e4m3")
+  # A Python sigma under the caller's jit is still checked, a traced one not.
+  with pytest.raises(ValueError, match="`sigma`.*finite"):
+    jax.jit(lambda m: es.sample_population(key, m, float("nan"), 4))(mean)
+  pop = jax.jit(lambda m: es.sample_population(key, m, 0.1, 4))(mean)
+  assert pop.shape == (4, 5)
+  traced = jax.jit(lambda s: es.sample_population(key, mean, s, 4))(0.1)
+  np.testing.assert_array_equal(_codes(traced), _codes(pop))
+
+
+def test_centered_rank_refuses_a_scalar():
+  for fitness in (jnp.float32(1.0), 3.0, jnp.ones((2, 3))):
+    with pytest.raises(ValueError, match="`fitness` argument to `centered_r"):
+      es.centered_rank(fitness)
+  with pytest.raises(TypeError, match="`fitness`"):
+    es.centered_rank("fitness")
+
+
+def test_bench_memory_case_reports_the_program_and_the_rss():
+  from jaxfp8.tools.bench import es as bench_es  # pylint: disable=g-import-not-at-top
+  for case in bench_es.MEMORY_CASES:
+    r = bench_es.memory_case(case, 4, 8, "float8_e4m3fn")
+    assert r["output"] == 4 * 8 and r["peak_rss"] > 0 and r["rss_before"] > 0, r

@@ -19,6 +19,7 @@ _CHILD = textwrap.dedent(r"""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jaxfp8
     from jaxfp8 import es
+    from jaxfp8._src import es as es_lib
 
     assert jax.device_count() == 4, jax.devices()
     mesh = Mesh(np.array(jax.devices()), ("pop",))
@@ -42,34 +43,42 @@ _CHILD = textwrap.dedent(r"""
       return max(int(np.prod([int(d) for d in s.split(",")])) for s in dims)
 
     out = {}
-    for fmt in ["float8_e4m3fn", "float6_e2m3fn", "float32"]:
-      fn = lambda k: es.perturbations(k, POP, (N,), fmt)
-      sharded_fn = jax.jit(fn, out_shardings=rows)
-      sharded = sharded_fn(key)
-      single = jax.jit(fn)(key)
-      leaf = leaves(sharded)[0]
-      out[f"perturbations/{fmt}"] = {
-          "equal": bool(np.array_equal(codes(sharded), codes(single))),
-          "shards": sorted({tuple(s.data.shape)
-                            for s in leaf.addressable_shards}),
-          "devices": len(leaf.sharding.device_set),
-          "largest": largest_buffer(sharded_fn.lower(key).compile()),
-      }
+    # Unblocked (one draw), then in blocks of 4 rows (2 steps of the
+    # antithetic half, 4 of a plain population): a loop, sharded by rows.
+    for blocked in (False, True):
+      es_lib.BLOCK_ENTRIES = 4 * N if blocked else 1 << 22
+      tag = "blocked " if blocked else ""
+      for fmt, anti in [("float8_e4m3fn", True), ("float6_e2m3fn", True),
+                        ("float32", True), ("float8_e4m3fn", False)]:
+        fn = lambda k: es.perturbations(k, POP, (N,), fmt, antithetic=anti)
+        sharded_fn = jax.jit(fn, out_shardings=rows)
+        sharded = sharded_fn(key)
+        single = jax.jit(fn)(key)
+        leaf = leaves(sharded)[0]
+        name = f"{tag}perturbations/{fmt}" + ("" if anti else "/plain")
+        out[name] = {
+            "equal": bool(np.array_equal(codes(sharded), codes(single))),
+            "shards": sorted({tuple(s.data.shape)
+                              for s in leaf.addressable_shards}),
+            "devices": len(leaf.sharding.device_set),
+            "largest": largest_buffer(sharded_fn.lower(key).compile()),
+        }
 
-    mean = jnp.linspace(-1.0, 1.0, N)
-    for rounding in ["nearest", "stochastic"]:
-      fn = lambda k, m: es.sample_population(k, m, 0.1, POP, "e4m3",
-                                             rounding=rounding)
-      sharded_fn = jax.jit(fn, out_shardings=rows)
-      sharded = sharded_fn(key, mean)
-      single = jax.jit(fn)(key, mean)
-      out[f"sample_population/{rounding}"] = {
-          "equal": bool(np.array_equal(codes(sharded), codes(single))),
-          "shards": sorted({tuple(s.data.shape)
-                            for s in sharded.addressable_shards}),
-          "devices": len(sharded.sharding.device_set),
-          "largest": largest_buffer(sharded_fn.lower(key, mean).compile()),
-      }
+      mean = jnp.linspace(-1.0, 1.0, N)
+      for rounding in ["nearest", "stochastic"]:
+        fn = lambda k, m: es.sample_population(k, m, 0.1, POP, "e4m3",
+                                               rounding=rounding)
+        sharded_fn = jax.jit(fn, out_shardings=rows)
+        sharded = sharded_fn(key, mean)
+        single = jax.jit(fn)(key, mean)
+        out[f"{tag}sample_population/{rounding}"] = {
+            "equal": bool(np.array_equal(codes(sharded), codes(single))),
+            "shards": sorted({tuple(s.data.shape)
+                              for s in sharded.addressable_shards}),
+            "devices": len(sharded.sharding.device_set),
+            "largest": largest_buffer(sharded_fn.lower(key, mean).compile()),
+        }
+    es_lib.BLOCK_ENTRIES = 1 << 22
 
     # One ES generation with the population sharded: the same new mean, up
     # to the order of the cross-device sum (sgd: no Adam division by ~0).
@@ -102,8 +111,9 @@ def results():
 
 POP, N = 16, 1 << 15
 CASES = ["perturbations/float8_e4m3fn", "perturbations/float6_e2m3fn",
-         "perturbations/float32", "sample_population/nearest",
-         "sample_population/stochastic"]
+         "perturbations/float32", "perturbations/float8_e4m3fn/plain",
+         "sample_population/nearest", "sample_population/stochastic"]
+CASES += ["blocked " + c for c in CASES]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -5,12 +5,21 @@ generation. Stored in fp8 they take a quarter of float32's memory, and drawn
 with :func:`jaxfp8.random.normal` each entry follows the exact rounded N(0, 1)
 law of the chosen method, at a fraction of the cost of float32-then-cast.
 
-Sharding: the first (or only) half of a population is one
-``jaxfp8.random.normal`` draw of shape ``(rows, *shape)``; JAX's partitionable
-threefry (the default since JAX 0.5) makes every random bit a function of the
-key and its position, so under ``jax.jit`` with a population-axis
-``NamedSharding`` each device draws only its own rows (the mirrored half comes
-from its partner's rows) and the values equal a single device's.
+Blocks: the sampler's scratch (32-bit words, float32 candidates) is 4 to 16
+bytes an entry, so a narrow population larger than :data:`BLOCK_ENTRIES`
+entries (per half) is drawn in ``steps`` blocks of ``block`` rows by a loop
+that writes each block into the output: block ``t`` is one
+``jaxfp8.random.normal`` draw with the key ``fold_in(key, t)`` and holds rows
+``t, t + steps, t + 2 steps, ...``. The peak is the population (twice for
+native fp8: the loop writes uint8 codes) plus one block's scratch. A smaller
+population is one draw with ``key`` itself.
+
+Sharding: which rows a block holds, and its key, depend only on the popsize
+and the member shape, never on the devices. JAX's partitionable threefry (the
+default since JAX 0.5) makes every random bit a function of the key and its
+position, so under ``jax.jit`` with a population-axis ``NamedSharding`` each
+device draws only its own rows of every block (rows ``t + steps * b`` are
+spread over the devices by ``b``), and the values equal a single device's.
 """
 from __future__ import annotations
 
@@ -27,10 +36,16 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.rounding import ROUNDINGS
 from jaxfp8._src import rounding as rounding_lib
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 
 Population = Any  # jax.Array (float or native narrow) or jaxfp8.CodeArray
+
+# The entries of one block's draw (per half of an antithetic population):
+# 2^22 keeps a block's scratch near 40 MB (e4m3fn, exact method), and the
+# blocked draws were no slower than one draw at 4096 x 10,000 (docs/es.md).
+BLOCK_ENTRIES = 1 << 22
 
 
 def _check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
@@ -74,6 +89,60 @@ def _check_method(method: str | None, fmt: formats.Format, fn: str):
   if method is not None:
     validate.check_choice(method, config.METHODS, "method", fn)
   return (method, config.get_default_method())
+
+
+def block_rows(rows: int, size: int, block_entries: int) -> int:
+  """Rows per block of a population of ``rows`` members of ``size`` entries.
+
+  All rows when they fit in ``block_entries``; else the largest divisor of
+  ``rows`` whose block fits (at least 1), so that every block has the same
+  shape and the rows divide evenly into ``rows // block`` steps.
+
+  >>> block_rows(2048, 100_000, 1 << 22), block_rows(8, 10, 1 << 22)
+  (32, 8)
+  """
+  if rows * size <= block_entries:
+    return rows
+  fit = max(1, block_entries // max(size, 1))
+  return max(b for b in range(1, min(rows, fit) + 1) if rows % b == 0)
+
+
+def _storage(x: Population, fmt: formats.Format) -> jax.Array:
+  """The uint8 codes of a block, which the block loop writes.
+
+  XLA CPU updates a slice of an fp8 (or float4) array through a float16 copy
+  of the whole array, every step; a uint8 update is in place. The codes go
+  back to the format once, by :func:`codes.from_codes` (a copy of the fp8
+  population: the peak holds it twice).
+  """
+  if isinstance(x, CodeArray):
+    return x.codes
+  if fmt.bits == 8:
+    return jax.lax.bitcast_convert_type(x, jnp.uint8)
+  # float4, which CPU XLA can't bitcast: its values round to themselves.
+  return rounding_lib.round_to_codes(as_float32(x), fmt)
+
+
+def _in_blocks(draw, steps: int, halves: int, block: int,
+               shape: tuple[int, ...]) -> jax.Array:
+  """``draw(t)`` of shape ``(halves * block, *shape)`` for ``t < steps``,
+  written so that its row ``half * block + b`` becomes row
+  ``half * block * steps + b * steps + t`` of the result."""
+  def body(t, out):
+    part = draw(t).reshape(halves, block, 1, *shape)
+    return jax.lax.dynamic_update_slice_in_dim(out, part, t, axis=2)
+  out = jnp.zeros((halves, block, steps, *shape), jnp.uint8)
+  out = jax.lax.fori_loop(0, steps, body, out)
+  return out.reshape(halves * block * steps, *shape)
+
+
+def _block(popsize: int, shape: tuple[int, ...], fmt: formats.Format,
+           antithetic: bool) -> int:
+  """Rows per block; wide formats are one ``jax.random`` draw, unchanged."""
+  rows = popsize // 2 if antithetic else popsize
+  if not fmt.narrow:
+    return rows
+  return block_rows(rows, int(np.prod(shape, dtype=np.int64)), BLOCK_ENTRIES)
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -121,17 +190,28 @@ def mirror(x: Population, fmt: formats.Format) -> Population:
   return jax.lax.bitcast_convert_type(both, fmt.dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5, 6))
 def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
-                       fmt_name: str, antithetic: bool, method_key: tuple):
+                       fmt_name: str, antithetic: bool, method_key: tuple,
+                       block: int):
   # Imported on first trace: importing jaxfp8.es loads no sampler module.
   from jaxfp8._src.random import continuous  # pylint: disable=g-import-not-at-top
   fmt = formats.get(fmt_name)
   rows = popsize // 2 if antithetic else popsize
-  # One draw for all rows, not a vmap over per-row keys: the samplers'
-  # batch-level branches (a rare refinement) would become per-row selects.
-  eps = continuous.normal(key, (rows, *shape), fmt.dtype, method=method_key[0])
-  return mirror(eps, fmt) if antithetic else eps
+
+  def draw(k, n):
+    # One draw for a block's rows, not a vmap over per-row keys: the
+    # samplers' batch-level branches (a rare refinement) would become
+    # per-row selects.
+    eps = continuous.normal(k, (n, *shape), fmt.dtype, method=method_key[0])
+    return mirror(eps, fmt) if antithetic else eps
+
+  if block == rows:
+    return draw(key, rows)
+  out = _in_blocks(lambda t: _storage(draw(jax.random.fold_in(key, t), block),
+                                      fmt),
+                   rows // block, 2 if antithetic else 1, block, shape)
+  return codes_lib.from_codes(out, fmt)
 
 
 def perturbations(key: jax.Array, popsize: int, shape: Any,
@@ -141,8 +221,13 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
 
   Without antithetic sampling this is ``jaxfp8.random.normal(key, (popsize,
   *shape), dtype, method=method)``; with it, the first half is that draw with
-  ``popsize // 2`` rows and the second half its exact negation. Under a
-  population-sharded ``jit`` each device draws only its own rows.
+  ``popsize // 2`` rows and the second half its exact negation. A narrow
+  half (or population) of more than :data:`BLOCK_ENTRIES` entries is drawn
+  in ``steps`` blocks of :func:`block_rows` rows instead, so that the peak
+  memory is the population (twice, for native fp8) plus one block's scratch:
+  block ``t`` is that draw with the key ``jax.random.fold_in(key, t)`` and
+  holds rows ``t, t + steps, ...`` of the half. Under a population-sharded
+  ``jit`` each device draws only its own rows.
 
   Args:
     key: a PRNG key.
@@ -179,23 +264,39 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   shape = validate.check_shape(shape, fn)
   fmt = _population_format(dtype, fn)
   return _perturbations_jit(key, popsize, shape, fmt.name, bool(antithetic),
-                            _check_method(method, fmt, fn))
+                            _check_method(method, fmt, fn),
+                            _block(popsize, shape, fmt, antithetic))
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7))
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8))
 def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
-                           antithetic: bool, rounding: str, method_key: tuple):
+                           antithetic: bool, rounding: str, method_key: tuple,
+                           block: int):
   fmt = formats.get(fmt_name)
   key_eps, key_round = jax.random.split(key)
-  eps = _perturbations_jit(key_eps, popsize, mean.shape, fmt_name, antithetic,
-                           method_key)
-  x = mean + sigma * as_float32(eps)
-  if not fmt.narrow:
-    return x.astype(fmt.dtype)
-  rand = None
-  if rounding == "stochastic":
-    rand = jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)
-  return rounding_lib.round_to(x, fmt, rounding=rounding, rand=rand)
+  rows = popsize // 2 if antithetic else popsize
+
+  def candidates(k_eps, k_round, n):
+    # n rows of the first half (and their mirror), as rows of perturbations.
+    eps = _perturbations_jit(k_eps, 2 * n if antithetic else n, mean.shape,
+                             fmt_name, antithetic, method_key, n)
+    x = mean + sigma * as_float32(eps)
+    if not fmt.narrow:
+      return x.astype(fmt.dtype)
+    rand = None
+    if rounding == "stochastic":
+      rand = jax.random.bits(k_round, x.shape, jnp.uint32)
+    return rounding_lib.round_to(x, fmt, rounding=rounding, rand=rand)
+
+  if block == rows:
+    return candidates(key_eps, key_round, rows)
+
+  def draw(t):
+    return _storage(candidates(jax.random.fold_in(key_eps, t),
+                               jax.random.fold_in(key_round, t), block), fmt)
+  out = _in_blocks(draw, rows // block, 2 if antithetic else 1, block,
+                   mean.shape)
+  return codes_lib.from_codes(out, fmt)
 
 
 def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
@@ -208,7 +309,11 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   ``perturbations(key_eps, popsize, mean.shape, dtype, antithetic=...)`` and
   the float32 sum is rounded once into ``dtype`` (saturating), like
   :func:`jaxfp8.cast`; stochastic rounding takes 32 bits per entry from
-  ``jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)``.
+  ``jax.random.bits(key_round, (popsize, *mean.shape), jnp.uint32)``. A
+  population drawn in blocks (see :func:`perturbations`) forms and rounds its
+  candidates block by block, so no float32 population is ever held; block
+  ``t``'s bits are then ``jax.random.bits(fold_in(key_round, t), ...)`` of the
+  block's rows, both halves.
 
   Args:
     key: a PRNG key.
@@ -229,7 +334,8 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   Raises:
     TypeError: for a bad key, popsize, mean or sigma.
     ValueError: as :func:`perturbations`, for an unknown rounding, or a sigma
-      that does not broadcast to ``mean.shape``.
+      that does not broadcast to ``mean.shape`` or (concrete) holds a NaN or
+      an infinity.
 
   >>> import jax, jax.numpy as jnp, jaxfp8
   >>> pop = jaxfp8.es.sample_population(jax.random.key(0), jnp.ones(5), 0.1, 8,
@@ -247,13 +353,29 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
                      f"wide dtype {fmt.name}, got {rounding!r}")
   validate.check_array(mean, "mean", fn)
   validate.check_array(sigma, "sigma", fn)
+  _check_sigma(sigma, fn)
   mean, sigma = as_float32(mean), as_float32(sigma)
   if not _broadcasts_to(sigma.shape, mean.shape):
     raise ValueError(f"`sigma` argument to `{fn}` must broadcast to the mean's "
                      f"shape {mean.shape}, got shape {sigma.shape}")
   return _sample_population_jit(key, mean, sigma, popsize, fmt.name,
                                 bool(antithetic), rounding,
-                                _check_method(None, fmt, fn))
+                                _check_method(None, fmt, fn),
+                                _block(popsize, mean.shape, fmt, antithetic))
+
+
+def _check_sigma(sigma: Any, fn: str) -> None:
+  """ValueError for a concrete sigma with a NaN or infinity (every candidate
+  would be NaN or infinite); a traced sigma is not checked."""
+  if isinstance(sigma, compat.Tracer) or (
+      isinstance(sigma, CodeArray) and isinstance(sigma.codes, compat.Tracer)):
+    return
+  with jax.ensure_compile_time_eval():  # a Python sigma under the user's jit
+    s = np.asarray(as_float32(sigma))
+  ok = np.isfinite(s)
+  if not np.all(ok):
+    raise ValueError(f"`sigma` argument to `{fn}` must be finite, got "
+                     f"{s if s.ndim == 0 else s[~ok][:4]}")
 
 
 def centered_rank(fitness: Any) -> jax.Array:
@@ -268,7 +390,11 @@ def centered_rank(fitness: Any) -> jax.Array:
   >>> centered_rank(jnp.array([3.0, jnp.nan, 10.0]))
   Array([ 0. , -0.5,  0.5], dtype=float32)
   """
+  validate.check_array(fitness, "fitness", "centered_rank")
   x = jnp.asarray(fitness)
+  if x.ndim != 1:
+    raise ValueError(f"`fitness` argument to `centered_rank` must be a 1-D "
+                     f"array (one fitness per candidate), got shape {x.shape}")
   n = x.shape[0]
   if n < 2:
     return jnp.zeros(x.shape, jnp.float32)

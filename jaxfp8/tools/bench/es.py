@@ -17,16 +17,28 @@ Ratios are throughput over float32-then-cast's (higher is faster). Target:
 Formats the installed JAX can't hold in arrays (float6 on JAX 0.10) have no
 ``astype``: their baselines round the float32 draws with :func:`jaxfp8.cast`
 (uint8 codes) instead, and the output says so.
+
+``--memory`` measures memory instead of time: for each of ``perturbations``
+(antithetic or not), ``OpenAIES.ask`` and ``sample_population``, in ``fmt``
+and in float32, the compiled program's ``memory_analysis()`` (argument +
+output + temporaries) and the peak RSS of a fresh process that compiles and
+runs it once (``getrusage``), with ratios fp8 / float32. Target: <= 0.25x
+for the antithetic population at 4096 x 100,000 (``--size 4096x100000``).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
+import resource
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from jaxfp8._src import cast as cast_lib
 from jaxfp8._src import es
@@ -49,6 +61,102 @@ def _rows(med: dict[str, float], groups, samples: int) -> list[list[str]]:
                  f"{med[base] / t:.2f}x", note])
   return rows
 
+# -- memory: one fresh process per case --------------------------------------
+
+MEMORY_CASES = ("perturbations", "perturbations, not antithetic",
+                "OpenAIES.ask", "sample_population")
+
+
+def _memory_fn(case: str, pop: int, n: int, dtype: str):
+  """The jitted function of a memory case, and its arguments."""
+  key = jax.random.key(0)
+  if case == "perturbations":
+    return jax.jit(lambda k: es.perturbations(k, pop, n, dtype)), (key,)
+  if case == "perturbations, not antithetic":
+    return jax.jit(lambda k: es.perturbations(k, pop, n, dtype,
+                                              antithetic=False)), (key,)
+  if case == "OpenAIES.ask":
+    strategy = es.OpenAIES(pop, optax.sgd(1.0), dtype=dtype)
+    state = strategy.init(jnp.zeros(n))
+    return jax.jit(strategy.ask), (key, state)
+  mean = jnp.linspace(-1.0, 1.0, n)
+  return jax.jit(lambda k, m: es.sample_population(k, m, 0.1, pop, dtype)), (
+      key, mean)
+
+
+def _rss_bytes() -> int:
+  with open("/proc/self/statm") as f:  # pages: size resident ...
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_case(case: str, pop: int, n: int, dtype: str) -> dict[str, int]:
+  """Compiles and runs one case in this process; its memory figures, bytes.
+
+  Meant for a fresh process (``bench es --memory`` starts one per case), so
+  that the peak RSS is this case's alone: ``rss_before`` is the resident
+  size after the compilation, ``peak_rss`` the process's maximum
+  (``ru_maxrss``) after one call whose result is kept.
+  """
+  fn, args = _memory_fn(case, pop, n, dtype)
+  compiled = fn.lower(*args).compile()
+  m = compiled.memory_analysis()
+  rss_before = _rss_bytes() if os.path.exists("/proc/self/statm") else 0
+  out = jax.block_until_ready(compiled(*args))
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB
+  del out
+  return {"argument": m.argument_size_in_bytes,
+          "output": m.output_size_in_bytes, "temp": m.temp_size_in_bytes,
+          "alias": m.alias_size_in_bytes, "rss_before": rss_before,
+          "peak_rss": peak}
+
+
+def _run_memory_case(case: str, pop: int, n: int, dtype: str) -> dict:
+  here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))  # the directory holding jaxfp8/
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join(
+      p for p in (here, env.get("PYTHONPATH", "")) if p)
+  code = ("import json, sys; from jaxfp8.tools.bench import es; "
+          "print('MEMORY ' + json.dumps(es.memory_case(*sys.argv[1:2], "
+          "int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])))")
+  proc = subprocess.run([sys.executable, "-c", code, case, str(pop), str(n),
+                         dtype], env=env, capture_output=True, text=True,
+                        check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("MEMORY ")]
+  if proc.returncode or not lines:
+    raise RuntimeError(f"bench es --memory: case {case!r} in {dtype} failed "
+                       f"(exit {proc.returncode}): {proc.stderr[-2000:]}")
+  return json.loads(lines[-1][len("MEMORY "):])
+
+
+def _mib(b: float) -> str:
+  return f"{b / 2**20:.0f}" if b >= 10 * 2**20 else f"{b / 2**20:.2f}"
+
+
+def memory_table(pop: int, n: int, fmt_name: str) -> tuple[str, dict]:
+  """The memory table of ``bench es --memory``, and the raw figures."""
+  figures, rows = {}, []
+  for case in MEMORY_CASES:
+    for dtype in ("float32", fmt_name):
+      r = _run_memory_case(case, pop, n, dtype)
+      r["program"] = r["argument"] + r["output"] + r["temp"] - r["alias"]
+      r["rss_increase"] = r["peak_rss"] - r["rss_before"]
+      figures[(case, dtype)] = r
+    wide, narrow = figures[(case, "float32")], figures[(case, fmt_name)]
+    for dtype, r in (("float32", wide), (fmt_name, narrow)):
+      ratio = dtype != "float32"
+      rows.append([
+          case, dtype, _mib(r["output"]), _mib(r["temp"]), _mib(r["program"]),
+          f"{r['program'] / wide['program']:.3f}x" if ratio else "",
+          _mib(r["peak_rss"]), _mib(r["rss_increase"]),
+          f"{r['rss_increase'] / wide['rss_increase']:.3f}x" if ratio else "",
+          f"{r['peak_rss'] / wide['peak_rss']:.3f}x" if ratio else ""])
+  table = timing.markdown_table(
+      ["call", "dtype", "output MiB", "temp MiB", "program MiB",
+       "program ratio", "peak RSS MiB", "RSS increase MiB", "increase ratio",
+       "peak RSS ratio"], rows)
+  return table, figures
+
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="jaxfp8 bench es")
@@ -60,7 +168,22 @@ def main(argv: list[str] | None = None) -> int:
                       help="a signed narrow format (default float8_e4m3fn)")
   parser.add_argument("--methods", default=",".join(config.METHODS))
   parser.add_argument("--repeats", type=int_at_least(1), default=5)
+  parser.add_argument("--size", default=None, metavar="POPxPARAMS",
+                      help="popsize and params at once, e.g. 4096x100000 "
+                      "(overrides --popsize and --params)")
+  parser.add_argument("--memory", action="store_true",
+                      help="measure memory instead of time: each call's "
+                      "compiled memory analysis and the peak RSS of a fresh "
+                      "process, fp8 against float32")
   args = parser.parse_args(argv)
+  if args.size is not None:
+    try:
+      args.popsize, args.params = (int(v) for v in args.size.lower().split("x"))
+      if args.popsize < 2 or args.params < 1:
+        raise ValueError
+    except ValueError:
+      parser.error(f"argument --size: must be POPxPARAMS with POP >= 2 and "
+                   f"PARAMS >= 1, e.g. 4096x100000, got {args.size!r}")
   if args.popsize % 2:
     parser.error(f"argument --popsize: must be even (the antithetic rows "
                  f"pair +eps with -eps), got {args.popsize}")
@@ -77,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"argument --methods: unknown {', '.join(unknown)}; choose "
                  f"from {', '.join(config.METHODS)}")
   pop, n, dt = args.popsize, args.params, fmt.dtype
+  if args.memory:
+    return _print_memory(pop, n, fmt)
   half = pop // 2
   key = jax.random.key(0)
   mean = jnp.linspace(-1.0, 1.0, n)
@@ -145,4 +270,23 @@ def main(argv: list[str] | None = None) -> int:
     exact = med["float32-then-cast"] / med["perturbations exact"]
     print(f"\ntarget >= 1.5x over float32-then-cast (exact, not antithetic): "
           f"{exact:.2f}x -> {'met' if exact >= 1.5 else 'MISSED'}")
+  return 0
+
+
+def _print_memory(pop: int, n: int, fmt: formats.Format) -> int:
+  now = datetime.datetime.now(datetime.timezone.utc)
+  table, figures = memory_table(pop, n, fmt.name)
+  print(f"# ES population memory: {pop} x {n} = {pop * n / 1e6:.1f}M entries, "
+        f"{fmt.name} against float32")
+  print(f"{now:%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
+        f"{jax.default_backend()}, {os.cpu_count()} cores, "
+        f"{platform.processor() or platform.machine()}; default method "
+        f"{config.get_default_method()!r}; one fresh process per row")
+  print("program: the compiled program's memory_analysis(), argument + output "
+        "+ temp; RSS increase: peak RSS minus the RSS after compiling\n")
+  print(table)
+  ratio = (figures[("perturbations", fmt.name)]["program"]
+           / figures[("perturbations", "float32")]["program"])
+  print(f"\ntarget <= 0.25x the float32 program (perturbations, antithetic): "
+        f"{ratio:.3f}x -> {'met' if ratio <= 0.25 else 'MISSED'}")
   return 0
