@@ -22,9 +22,10 @@ from jaxfp8._src.rounding import Rounding
 from jaxfp8._src.rounding import ROUNDINGS
 
 
-def _prepare(x, fmt, rounding, key, fn):
+def _prepare(x, fmt, rounding, saturate, key, fn):
   fmt = formats.get(fmt, arg="fmt", fn=fn)
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
+  validate.check_bool(saturate, "saturate", fn)
   x32 = rounding_lib.to_float32(x, fn=fn)
   rand = None
   if rounding == "stochastic":
@@ -69,7 +70,9 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
     every narrow tangent: rounded, and NaN or Inf beyond ``fmt``'s max.
 
   Raises:
-    TypeError: for a non-array ``x``, a non-floating ``fmt`` or a bad ``key``.
+    TypeError: for a non-array ``x`` (or one of objects, strings or complex
+      numbers), a non-floating ``fmt``, a non-bool ``saturate`` or a bad
+      ``key``.
     ValueError: for an unknown format or rounding mode, or stochastic rounding
       without a key.
 
@@ -81,7 +84,7 @@ def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",
   >>> cast(jnp.array([1000.0]), "e4m3", saturate=False)
   Array([nan], dtype=float8_e4m3fn)
   """
-  x32, fmt, rand = _prepare(x, fmt, rounding, key, "cast")
+  x32, fmt, rand = _prepare(x, fmt, rounding, saturate, key, "cast")
   if fmt.bits == 32:
     if rounding != "nearest":
       raise ValueError(f"`cast` to float32 rounds nothing: rounding must be "
@@ -107,7 +110,7 @@ def encode(x: Any, fmt: formats.FormatLike, *,
   >>> decode(y)
   Array([1.  , 0.25, 7.5 ], dtype=float32)
   """
-  x32, fmt, rand = _prepare(x, fmt, rounding, key, "encode")
+  x32, fmt, rand = _prepare(x, fmt, rounding, saturate, key, "encode")
   if not fmt.narrow:
     raise TypeError(f"`fmt` argument to `encode` must be a narrow format, got "
                     f"{fmt.name}")

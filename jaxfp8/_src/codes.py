@@ -170,6 +170,19 @@ class CodeArray:
     out = codes.view(self.format.dtype)
     return out if dtype is None else out.astype(dtype)
 
+  def __jax_array__(self) -> jax.Array:
+    # jnp.asarray would otherwise take __array__'s float6 NumPy array to XLA,
+    # which has no such type ("Invalid XLA PrimitiveType").
+    if not self.format.native:
+      raise TypeError(
+          f"a CodeArray of {self.format.name} can't become a jax.Array: the "
+          f"installed XLA has no {self.format.name} type; use "
+          "jaxfp8.decode(x) for its values (float32) or x.codes for its "
+          "uint8 codes")
+    return lax.bitcast_convert_type(
+        jnp.asarray(self.codes, jnp.uint8) & np.uint8(_mask(self.format)),
+        self.format.dtype)
+
   def __repr__(self) -> str:
     try:
       vals = np.array2string(np.asarray(self), threshold=8)
@@ -352,12 +365,52 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
   return values if out is None else out
 
 
+def _int_to_float32(n: int) -> np.float32:
+  """A Python int rounded once to float32 (to nearest, ties to even; beyond
+  float32's range, +-inf): ``float(n)`` would round twice above 2^53."""
+  m = abs(n)
+  shift = m.bit_length() - 24
+  if shift > 0:
+    q, r = divmod(m, 1 << shift)
+    half = 1 << (shift - 1)
+    if r > half or (r == half and q & 1):
+      q += 1
+    m = q << shift
+  if m.bit_length() > 128:  # at least 2^128: beyond float32's max
+    return np.float32(np.inf if n > 0 else -np.inf)
+  return np.float32(float(m) if n >= 0 else -float(m))
+
+
+def host_float32(x: Any) -> Any:
+  """``x`` with its integers converted to float32 on the host, rounding once.
+
+  With x64 off, ``jnp.asarray`` wraps 64-bit NumPy integers and large Python
+  ints through int32 (2^31 becomes -2^31); here they become the nearest
+  float32 instead (NumPy's int64 -> float32 conversion rounds once). Other
+  values (floats, jax arrays, narrow arrays) come back unchanged.
+
+  >>> host_float32(np.array([2**40, 2**31], np.int64))
+  array([1.0995116e+12, 2.1474836e+09], dtype=float32)
+  >>> float(host_float32(2**64 + 2**40 + 1))  # through float64: 2^64
+  1.8446746272732807e+19
+  """
+  if isinstance(x, (bool, np.bool_)):
+    return x
+  if isinstance(x, int):
+    return x if -2**31 <= x < 2**31 else _int_to_float32(x)
+  if (isinstance(x, (np.ndarray, np.generic))
+      and x.dtype.kind in "iu" and x.dtype.itemsize > 4):
+    return np.asarray(x).astype(np.float32)
+  return x
+
+
 def as_float32(x: Any) -> jax.Array:
   """``x`` as a float32 jax.Array; narrow values (CodeArrays, native narrow
-  arrays, NumPy arrays of formats XLA can't hold) are decoded exactly."""
+  arrays, NumPy arrays of formats XLA can't hold) are decoded exactly, and
+  64-bit integers are rounded once on the host (:func:`host_float32`)."""
   if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
     return decode(x, jnp.float32)
-  return jnp.asarray(x).astype(jnp.float32)
+  return jnp.asarray(host_float32(x)).astype(jnp.float32)
 
 
 def encode_numpy(x: np.ndarray) -> CodeArray:

@@ -71,12 +71,31 @@ def _tn_sf(x, lower, upper):
   return _tn_mass(x, upper) / _tn_mass(lower, upper)
 
 
+def _unit(*values):
+  """``values`` scaled by one power of two so the largest magnitude is in
+  [0.5, 1): differences and products of them can't overflow, and subnormal
+  spans become normal ones (exact: a power of two scales without rounding).
+  Callers pass points inside the law's span, so none overflows."""
+  e = math.frexp(max(abs(v) for v in values))[1]
+  return [math.ldexp(v, -e) for v in values]
+
+
 def _uniform_cdf(x, minval, maxval):
-  return min(max((x - minval) / (maxval - minval), 0.0), 1.0)
+  if x <= minval:
+    return 0.0
+  if x >= maxval:
+    return 1.0
+  x, a, b = _unit(x, minval, maxval)
+  return min((x - a) / (b - a), 1.0)
 
 
 def _uniform_sf(x, minval, maxval):
-  return min(max((maxval - x) / (maxval - minval), 0.0), 1.0)
+  if x >= maxval:
+    return 0.0
+  if x <= minval:
+    return 1.0
+  x, a, b = _unit(x, minval, maxval)
+  return min((b - x) / (b - a), 1.0)
 
 
 def _laplace_cdf(x):
@@ -115,12 +134,20 @@ def _lognormal_sf(x, sigma):
   return 1.0 if x <= 0 else ndtr(-math.log(x) / sigma)
 
 
+def _power(t, k):
+  """``t ** k`` for ``t >= 0``, capped at 1e300 (``exp(-t ** k)`` is 0 long
+  before): Python's ``**`` raises OverflowError instead."""
+  if t == 0:
+    return 0.0
+  return math.exp(min(k * math.log(t), 690.0))
+
+
 def _rayleigh_sf(x, scale):
-  return 1.0 if x <= 0 else math.exp(-0.5 * (x / scale) ** 2)
+  return 1.0 if x <= 0 else math.exp(-0.5 * _power(x / scale, 2))
 
 
 def _rayleigh_cdf(x, scale):
-  return 0.0 if x <= 0 else -math.expm1(-0.5 * (x / scale) ** 2)
+  return 0.0 if x <= 0 else -math.expm1(-0.5 * _power(x / scale, 2))
 
 
 def _maxwell_cdf(x):
@@ -134,6 +161,8 @@ def _maxwell_cdf(x):
 def _maxwell_sf(x):
   if x <= 0:
     return 1.0
+  if x > 40:  # below 1e-340: and x * exp(-x^2 / 2) would be inf * 0 far out
+    return 0.0
   return math.erfc(x / _SQRT2) + math.sqrt(2 / math.pi) * x * math.exp(-x * x / 2)
 
 
@@ -142,12 +171,22 @@ def _dsm_cdf(x, loc, scale):
   return 0.5 * _maxwell_sf(-z) if z < 0 else 0.5 + 0.5 * _maxwell_cdf(z)
 
 
+def _dsm_sf(x, loc, scale):
+  z = (x - loc) / scale  # not 2 * loc - x: that overflows for a huge loc
+  return 0.5 * _maxwell_sf(z) if z > 0 else 0.5 + 0.5 * _maxwell_cdf(-z)
+
+
 def _weibull_sf(x, scale, concentration):
-  return 1.0 if x <= 0 else math.exp(-((x / scale) ** concentration))
+  return 1.0 if x <= 0 else math.exp(-_power(x / scale, concentration))
 
 
 def _weibull_cdf(x, scale, concentration):
-  return 0.0 if x <= 0 else -math.expm1(-((x / scale) ** concentration))
+  return 0.0 if x <= 0 else -math.expm1(-_power(x / scale, concentration))
+
+
+def _pareto_median(b):
+  e = math.log(2) / b  # 2 ** (1 / b) overflows for b below ~1e-3
+  return math.exp(e) if e < 709 else math.inf
 
 
 def _pareto_sf(x, b):
@@ -164,7 +203,10 @@ def _tri_cdf(x, left, mode, right):
   if x >= right:
     return 1.0
   if x <= mode:
-    return (x - left) ** 2 / ((right - left) * (mode - left))
+    # Scale-free, and as a product of two ratios <= 1: no overflow of the
+    # squares, no underflow of a product that is not itself tiny.
+    x, a, m, c = _unit(x, left, mode, right)
+    return (x - a) / (c - a) * ((x - a) / (m - a))
   return 1.0 - _tri_sf(x, left, mode, right)
 
 
@@ -174,7 +216,8 @@ def _tri_sf(x, left, mode, right):
   if x <= left:
     return 1.0
   if x > mode:
-    return (right - x) ** 2 / ((right - left) * (right - mode))
+    x, a, m, c = _unit(x, left, mode, right)
+    return (c - x) / (c - a) * ((c - x) / (c - m))
   return 1.0 - _tri_cdf(x, left, mode, right)
 
 
@@ -234,7 +277,7 @@ DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
     # Laws with a closed-form CDF: the exact and table methods serve them.
     D("uniform", ("minval", "maxval"), {"minval": 0.0, "maxval": 1.0},
       ordered=(("minval", "maxval", True),), positive_if="minval",
-      cdf=_uniform_cdf, sf=_uniform_sf, median=lambda a, b: (a + b) / 2),
+      cdf=_uniform_cdf, sf=_uniform_sf, median=lambda a, b: a / 2 + b / 2),
     D("normal", cdf=_normal_cdf, sf=_normal_sf, median=_zero),
     D("truncated_normal", ("lower", "upper"),
       ordered=(("lower", "upper", True),), infinite=("lower", "upper"),
@@ -257,14 +300,14 @@ DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
     D("maxwell", positive_draws=True, cdf=_maxwell_cdf, sf=_maxwell_sf,
       median=lambda: 1.5381722),
     D("double_sided_maxwell", ("loc", "scale"), positive=("scale",),
-      cdf=_dsm_cdf, sf=lambda x, loc, s: _dsm_cdf(2 * loc - x, loc, s),
+      cdf=_dsm_cdf, sf=_dsm_sf,
       median=lambda loc, s: loc),
     D("weibull_min", ("scale", "concentration"),
       positive=("scale", "concentration"), positive_draws=True,
       cdf=_weibull_cdf, sf=_weibull_sf,
       median=lambda s, k: s * math.log(2) ** (1 / k)),
     D("pareto", ("b",), positive=("b",), positive_draws=True,
-      cdf=_pareto_cdf, sf=_pareto_sf, median=lambda b: 2 ** (1 / b)),
+      cdf=_pareto_cdf, sf=_pareto_sf, median=_pareto_median),
     D("triangular", ("left", "mode", "right"),
       ordered=(("left", "right", True), ("left", "mode", False),
                ("mode", "right", False)),

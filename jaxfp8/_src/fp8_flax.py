@@ -76,6 +76,12 @@ class Fp8DotGeneral(nn.Module):
   margin: int = 0
   power_of_two: bool = False
 
+  def __post_init__(self):
+    # A bad format or mode fails where the module is built, not at init.
+    _check_formats(self.fwd_format, self.bwd_format, "Fp8DotGeneral")
+    _check_mode(self.scaling, "Fp8DotGeneral")
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):

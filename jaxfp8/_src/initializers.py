@@ -32,6 +32,7 @@ from jax.nn import initializers as _jax
 
 from jaxfp8._src import formats
 from jaxfp8._src import init_range
+from jaxfp8._src import validate
 from jaxfp8._src.cast import cast
 
 Initializer = _jax.Initializer
@@ -88,9 +89,19 @@ def _rounded(fn: str, jax_init: Callable, default_dtype: DTypeLike,
            dtype: DTypeLike | None = default_dtype,
            out_sharding: Any = None):
     fmt = _narrow(dtype)
-    if fmt is None:
+    if fmt is None and dtype is not None:  # the registry's aliases: "bf16"...
+      dtype = formats.get_dtype(dtype, arg="dtype", fn=fn)
+    if math.prod(validate.check_shape(shape, fn)) == 0:
+      # No weights to draw: JAX's variance scaling would divide by a zero fan.
+      empty = jnp.zeros(tuple(shape), jnp.float32)
+      return cast(empty, fmt) if fmt else empty.astype(dtype or jnp.float32)
+    if fmt is None:  # JAX's initializer, errors and all
       return jax_init(key, shape, dtype, out_sharding)
-    wide = jax_init(key, shape, jnp.float32, out_sharding)
+    try:
+      wide = jax_init(key, shape, jnp.float32, out_sharding)
+    except (TypeError, ValueError) as e:  # JAX's messages name no argument
+      raise type(e)(f"`shape` argument to `{fn}` (shape {tuple(shape)}, "
+                    f"dtype {fmt.name}): {e}") from e
     init_range.check_range(fn, law(tuple(wide.shape)), fmt)
     return cast(wide, fmt)
 

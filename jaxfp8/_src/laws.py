@@ -46,12 +46,15 @@ def _rounded_law(name: str, fmt_name: str, p: tuple[float, ...]):
   if not fmt.signed:
     raise ValueError(f"rounded laws need a signed format with a zero, got "
                      f"{fmt.name}")
-  m = boundaries(fmt)
-  med = d.median(*p)
-  # Below the median differences of the CDF, above it of the survival
-  # function, so tail probabilities keep their relative accuracy.
-  left = np.array([d.cdf(x, *p) for x in m] + [1.0])
-  right = np.array([1.0] + [d.sf(x, *p) for x in m])
+  m = [float(x) for x in boundaries(fmt)]
+  try:
+    med = d.median(*p)
+    # Below the median differences of the CDF, above it of the survival
+    # function, so tail probabilities keep their relative accuracy.
+    left = np.array([d.cdf(x, *p) for x in m] + [1.0])
+    right = np.array([1.0] + [d.sf(x, *p) for x in m])
+  except (ZeroDivisionError, OverflowError, ValueError) as e:
+    raise _unrepresentable(name, p) from e
   edges_lo = np.concatenate([[-np.inf], m])
   edges_hi = np.concatenate([m, [np.inf]])
   probs = np.empty(len(fmt.values))
@@ -64,11 +67,26 @@ def _rounded_law(name: str, fmt_name: str, p: tuple[float, ...]):
       probs[i] = 1.0 - (left[i - 1] if i else 0.0) - (
           right[i + 1] if i + 1 < len(right) else 0.0)
   probs = np.maximum(probs, 0.0)
-  probs /= probs.sum()
+  total = probs.sum()
+  # Every closed form above is a probability in [0, 1]: anything else means
+  # float64 lost the law (never hand out a wrong one).
+  if not (np.all(np.isfinite(probs)) and abs(total - 1.0) < 1e-9):
+    raise _unrepresentable(name, p)
+  probs /= total
   values = fmt.values.copy()
   for a in (values, probs):
     a.setflags(write=False)
   return values, probs
+
+
+def _unrepresentable(name: str, p: tuple[float, ...]) -> ValueError:
+  d = distributions.DISTRIBUTIONS[name]
+  given = ", ".join(f"{k}={v!r}" for k, v in zip(d.params, p))
+  hint = (" (the normal mass between `lower` and `upper` must be above "
+          "float64's smallest number: both bounds within about 37 of zero on "
+          "the same side)" if name == "truncated_normal" else "")
+  return ValueError(f"the law of `{name}` with {given} can't be computed in "
+                    f"float64{hint}; use parameters of moderate size")
 
 
 def rounded_law(dist: str, fmt: formats.FormatLike, **params: float
@@ -87,7 +105,9 @@ def rounded_law(dist: str, fmt: formats.FormatLike, **params: float
     and its probability, both float64; ``probs`` sums to 1.
 
   Raises:
-    ValueError: for a distribution without a CDF here or an unsigned format.
+    ValueError: for a distribution without a CDF here or an unsigned format,
+      a parameter outside its domain, or parameters whose law float64 can't
+      hold (naming them).
     TypeError: for a missing or unknown parameter.
 
   >>> v, p = rounded_law("normal", "e4m3")

@@ -34,6 +34,7 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.codes import host_float32
 
 Rounding = Literal["nearest", "stochastic", "down", "up", "toward_zero"]
 ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic", "down", "up",
@@ -289,12 +290,19 @@ def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
   """``x`` as float32, for public functions that round it.
 
   Narrow arrays and CodeArrays are decoded exactly; other real arrays and
-  scalars are converted. Errors name ``fn`` and ``arg``.
+  scalars are converted, 64-bit and large Python integers on the host with
+  one rounding (:func:`jaxfp8._src.codes.host_float32`: no wrap through
+  int32 with x64 off). Errors name ``fn`` and ``arg``: TypeError for
+  non-arrays and for object, string or complex arrays.
   """
   validate.check_array(x, arg, fn)
   if isinstance(x, CodeArray) or formats.is_narrow(getattr(x, "dtype", None)):
     return decode(x, jnp.float32)
-  x = jnp.asarray(x)
+  kind = getattr(getattr(x, "dtype", None), "kind", "f")
+  if kind in "OUSMm":  # objects, strings, bytes, datetimes: jnp can't take
+    raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
+                    f"an array of dtype {x.dtype}")
+  x = jnp.asarray(host_float32(x))
   if not (jnp.issubdtype(x.dtype, jnp.floating)
           or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == bool):
     raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "

@@ -29,11 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.cast import cast
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import decode
+from jaxfp8._src.rounding import to_float32
 
 REDUCTIONS: tuple[str, ...] = ("max", "most_recent", "mean")
 # Scales are kept at or above the smallest normal float32: XLA on CPU flushes
@@ -70,17 +72,87 @@ def signed_format(fmt: Any, *, arg: str, fn: str) -> formats.Format:
   return f
 
 
+_SIGN = np.uint32(0x7FFFFFFF)
+_INF_BITS = np.uint32(0x7F800000)
+_MIN_NORMAL_BITS = np.uint32(0x00800000)
+_TWO_64 = np.float32(2.0**64)
+
+
+def _magnitude_bits(x32: jax.Array) -> jax.Array:
+  return jax.lax.bitcast_convert_type(x32, jnp.uint32) & _SIGN
+
+
+def _normalized(v: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(v * 2^k, k)`` with ``k`` 64 for float32 subnormals, else 0, exact.
+
+  XLA on CPU flushes subnormal operands to zero, so the subnormal's value is
+  rebuilt from its mantissa bits (``m * 2^-149 * 2^64 = m * 2^-85``, a normal
+  float32) instead of multiplied.
+  """
+  bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
+  mag = bits & _SIGN
+  sub = mag < _MIN_NORMAL_BITS
+  rebuilt = mag.astype(jnp.float32) * np.float32(2.0**-85)
+  rebuilt = jnp.where(bits >> 31 == 1, -rebuilt, rebuilt)
+  return jnp.where(sub, rebuilt, v), jnp.where(sub, 64, 0)
+
+
+def divide(x32: jax.Array, scale: jax.Array) -> jax.Array:
+  """``x32 / scale`` in float32, rounded once, subnormal operands included.
+
+  Package-internal: XLA on CPU flushes float32 subnormals to zero, so a
+  tensor whose values are subnormal (bf16 values near 1e-38) would divide to
+  zeros. Both operands are brought into the normal range by exact powers of
+  two first; a quotient that is itself subnormal still flushes, which no
+  narrow format can tell from zero.
+
+  >>> divide(jnp.float32(1e-39), jnp.float32(2.0**-126))  # NumPy's quotient
+  Array(0.08507061, dtype=float32)
+  """
+  xn, kx = _normalized(x32)
+  sn, ks = _normalized(jnp.asarray(scale, jnp.float32))
+  q = xn / sn
+  shift = ks - kx  # 64, 0 or -64: one exact power-of-two step
+  return jnp.where(shift > 0, q * _TWO_64,
+                   jnp.where(shift < 0, q * np.float32(2.0**-64), q))
+
+
 def amax(x: Any) -> jax.Array:
   """Largest magnitude of ``x`` as a float32 scalar (NaN if ``x`` has NaN).
 
-  The NaN test is its own reduction: XLA's cross-device ``max`` on CPU drops
-  NaN, so the max of a sharded tensor alone would miss a NaN on one shard.
+  The max is taken over the magnitudes' bit patterns (integers), so
+  subnormal magnitudes count (XLA's float ``max`` on CPU flushes them). The
+  NaN test is its own reduction: XLA's cross-device ``max`` on CPU drops NaN,
+  so the max of a sharded tensor alone would miss a NaN on one shard.
+
+  Raises:
+    ValueError: for an empty ``x`` (it has no largest magnitude).
 
   >>> amax(jnp.array([1.0, -3.0, 2.0]))
   Array(3., dtype=float32)
   """
-  a = jnp.abs(as_float32(x))
-  return jnp.where(jnp.any(jnp.isnan(a)), jnp.float32(jnp.nan), jnp.max(a))
+  x32 = as_float32(x)
+  if x32.size == 0:
+    raise ValueError(f"`x` argument to `amax` must not be empty, got shape "
+                     f"{x32.shape}")
+  mag = _magnitude_bits(x32)
+  top = jax.lax.bitcast_convert_type(jnp.max(mag), jnp.float32)
+  return jnp.where(jnp.any(mag > _INF_BITS), jnp.float32(jnp.nan), top)
+
+
+def _check_previous(previous: Any, fn: str) -> None:
+  """ValueError for a concrete ``previous`` scale that is not a positive
+  finite float32 (it is what a zero or non-finite amax hands out)."""
+  if isinstance(previous, compat.Tracer):
+    return
+  try:
+    p = np.asarray(previous, np.float64)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"`previous` argument to `{fn}` must be a number, got "
+                    f"{type(previous).__name__}") from e
+  if not np.all(np.isfinite(p) & (p > 0) & (p <= _MAX_SCALE)):
+    raise ValueError(f"`previous` argument to `{fn}` must be a positive "
+                     f"finite scale, got {p}")
 
 
 def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
@@ -98,7 +170,13 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   Returns:
     ``amax_value * 2^margin / fmt.max`` as a float32 scalar, kept within
     float32's normal range (a scale past float32's max is clamped to it, so
-    the tensor saturates rather than becoming NaN or zero).
+    the tensor saturates rather than becoming NaN or zero). A subnormal
+    ``amax_value`` is a real amax (its scale is computed exactly, by powers
+    of two; below 2^-126 it is clamped there).
+
+  Raises:
+    ValueError: for a concrete ``previous`` that is not a positive finite
+      number, or a bad ``margin``.
 
   >>> compute_scale(jnp.float32(896.0), "e4m3")
   Array(2., dtype=float32)
@@ -110,17 +188,21 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   fn = "compute_scale"
   fmt = signed_format(fmt, arg="fmt", fn=fn)
   margin = _check_margin(margin, fn)
-  a = jnp.asarray(amax_value, jnp.float32)
-  # Divide, then shift by the margin exactly: no overflowing factor.
-  scale = jnp.ldexp(a / np.float32(fmt.max), jnp.int32(margin))
+  _check_previous(previous, fn)
+  a = as_float32(amax_value)
+  # Divide, then shift by the margin exactly: no overflowing factor; a
+  # subnormal amax is first made normal (XLA on CPU would flush it).
+  an, k = _normalized(a)
+  scale = jnp.ldexp(an / np.float32(fmt.max), jnp.int32(margin) - k)
   scale = jnp.clip(scale, _MIN_SCALE, _MAX_SCALE)
   if power_of_two:
     mant, exp = jnp.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
     exp = jnp.where(mant == 0.5, exp - 1, exp)
     scale = jnp.ldexp(jnp.float32(1.0), jnp.minimum(exp, 127))
-  # Compared with normal constants only: XLA on CPU may treat a subnormal
-  # amax as 0 in one fusion and not in another; here it is "zero" in both.
-  ok = (a >= np.float32(_MIN_SCALE)) & (a <= np.float32(_MAX_SCALE))
+  # Classified by bits only: XLA on CPU may treat a subnormal as 0 in one
+  # fusion and not in another. Positive (the sign bit clear), not zero, finite.
+  bits = jax.lax.bitcast_convert_type(a, jnp.uint32)
+  ok = (bits > 0) & (bits < _INF_BITS)
   return jnp.where(ok, scale, jnp.asarray(previous, jnp.float32))
 
 
@@ -134,7 +216,7 @@ def quantize(x: Any, fmt: formats.FormatLike, scale: Any) -> Any:
   Array([0.5, 448], dtype=float8_e4m3fn)
   """
   fmt = signed_format(fmt, arg="fmt", fn="quantize")
-  return cast(as_float32(x) / jnp.asarray(scale, jnp.float32), fmt)
+  return cast(divide(as_float32(x), jnp.asarray(scale, jnp.float32)), fmt)
 
 
 def dequantize(q: Any, scale: Any, dtype: Any = jnp.float32) -> jax.Array:
@@ -309,7 +391,11 @@ class DelayedScaling:
     if callable(self.reduction):
       return jnp.asarray(self.reduction(h), jnp.float32)
     if self.reduction == "max":
-      return jnp.max(h)
+      # Over the bit patterns: amaxes are >= 0 (or NaN, whose pattern is the
+      # largest), and XLA's float max on CPU flushes subnormal amaxes.
+      top = jnp.max(jax.lax.bitcast_convert_type(h, jnp.int32))
+      return jnp.where(top >= 0, jax.lax.bitcast_convert_type(top, jnp.float32),
+                       jnp.max(h))
     if self.reduction == "mean":
       return jnp.mean(h)
     return h[0]
@@ -325,7 +411,11 @@ class DelayedScaling:
     A zero or non-finite amax is recorded, but a reduced amax that is zero
     or not finite keeps the previous scale.
     """
-    a = jnp.asarray(amax_value, jnp.float32).reshape(())
+    a = to_float32(amax_value, fn="DelayedScaling.update", arg="amax_value")
+    if a.size != 1:
+      raise ValueError(f"`amax_value` argument to `DelayedScaling.update` "
+                       f"must be a scalar, got shape {a.shape}")
+    a = a.reshape(())
     history = jnp.roll(self.amax_history, 1).at[0].set(a)
     scale = compute_scale(self.reduced_amax(history), self.format,
                           margin=self.margin, power_of_two=self.power_of_two,

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import compat
+
 
 def check_array(x: Any, arg: str, fn: str) -> None:
   """Raises TypeError unless ``x`` is an array or a scalar number."""
@@ -73,6 +75,43 @@ def check_shape(shape: Any, fn: str, arg: str = "shape") -> tuple[int, ...]:
     raise ValueError(f"`{arg}` argument to `{fn}` must have non-negative "
                      f"sizes, got {out}")
   return out
+
+
+def check_size(value: Any, arg: str, fn: str, *, minimum: int = 0) -> int:
+  """An integer size (a dimension) of at least ``minimum``.
+
+  Raises:
+    TypeError: for a non-integer (``2.5`` is not truncated), naming ``arg``.
+    ValueError: for a size below ``minimum``.
+  """
+  if isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"`{arg}` argument to `{fn}` must be an integer, got "
+                    f"{value!r}")
+  try:
+    out = operator.index(value)
+  except TypeError as e:
+    raise TypeError(f"`{arg}` argument to `{fn}` must be an integer, got "
+                    f"{value!r}") from e
+  if out < minimum:
+    raise ValueError(f"`{arg}` argument to `{fn}` must be at least {minimum}, "
+                     f"got {out}")
+  return out
+
+
+def check_bool(value: Any, arg: str, fn: str) -> bool:
+  """``value`` as a Python bool, or a TypeError naming ``arg`` and ``fn``.
+
+  Only True and False (Python or NumPy) pass: a string such as ``"no"`` is
+  truthy, and a traced flag can't choose a code path at trace time.
+  """
+  if isinstance(value, (bool, np.bool_)):
+    return bool(value)
+  if isinstance(value, compat.Tracer):
+    raise TypeError(f"`{arg}` argument to `{fn}` must be a Python bool, got a "
+                    "traced value (it picks the code path at trace time; "
+                    "mark it static)")
+  raise TypeError(f"`{arg}` argument to `{fn}` must be a bool (True or "
+                  f"False), got {value!r}")
 
 
 def check_choice(value: Any, choices: Sequence[str], arg: str, fn: str) -> str:

@@ -8,6 +8,7 @@ everything else goes to ``lax.dot_general`` itself.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -17,6 +18,28 @@ import numpy as np
 
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
+
+
+def _check(lhs, rhs, dimension_numbers, preferred_element_type) -> None:
+  """lax.dot_general's own checks, run on shapes before either path: the
+  kernel path reshapes by the dimension numbers and would fail obscurely."""
+  for arg, x in (("lhs", lhs), ("rhs", rhs)):
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+      raise TypeError(f"`{arg}` argument to `dot_general` must be an array, "
+                      f"got {type(x).__name__}")
+  try:
+    (_, _), (_, _) = dimension_numbers
+    jax.eval_shape(
+        functools.partial(lax.dot_general,
+                          dimension_numbers=dimension_numbers,
+                          preferred_element_type=preferred_element_type),
+        jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
+        jax.ShapeDtypeStruct(rhs.shape, rhs.dtype))
+  except (TypeError, ValueError) as e:
+    raise type(e)(f"`dimension_numbers` argument to `dot_general` "
+                  f"({dimension_numbers!r}) does not fit `lhs` "
+                  f"{tuple(lhs.shape)} {lhs.dtype} and `rhs` "
+                  f"{tuple(rhs.shape)} {rhs.dtype}: {e}") from e
 
 
 def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
@@ -39,6 +62,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   >>> dot_general(x, w, (((2,), (0,)), ((), ())), interpret=True).shape
   (2, 3, 5)
   """
+  _check(lhs, rhs, dimension_numbers, preferred_element_type)
   (l_con, r_con), (l_bat, r_bat) = dimension_numbers
   fp8 = (np.dtype(lhs.dtype) in common.FP8_DTYPES
          and np.dtype(rhs.dtype) in common.FP8_DTYPES)

@@ -68,10 +68,96 @@ def check_params(fn: str, params: dict[str, Any]) -> None:
       fn, {k: concrete_array(v) for k, v in params.items()})
 
 
+# Laws jax.random computes from a difference of two parameters in float32.
+_SPANS = {"uniform": ("minval", "maxval"), "triangular": ("left", "right")}
+# Where jax.random's float32 arithmetic itself gives NaN (measured: the F
+# draw's two gamma draws both underflow to 0 for small degrees of freedom, or
+# overflow for huge ones; the Wald draw overflows for a huge mean).
+_CAST_RANGES = {"f": {"dfnum": (0.25, 1e18), "dfden": (0.25, 1e18)},
+                "wald": {"mean": (0.0, 1e18)}}
+_TINY32 = float(np.finfo(np.float32).tiny)
+
+
+def check_float32_params(fn: str, params: dict[str, Any]) -> None:
+  """Checks that concrete parameters survive float32, as the cast method
+  (jax.random's float32 draw) needs.
+
+  Each finite value must stay finite in float32, the domain rules must hold
+  for the float32 values (a positive parameter that underflows to zero, or an
+  ordered pair that collapses, is refused), and for uniform and triangular
+  the span ``maxval - minval`` (``right - left``) must be finite in float32:
+  otherwise jax.random's float32 arithmetic gives NaN or a wrong law.
+
+  Raises:
+    ValueError: naming ``fn``, the parameter and float32's range.
+  """
+  arrays = {k: concrete_array(v) for k, v in params.items()}
+  f32 = {}
+  with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+    for arg, a in arrays.items():
+      if a is None:
+        f32[arg] = None
+        continue
+      a32 = a.astype(np.float32)
+      bad = np.isfinite(a) & ~np.isfinite(a32)
+      if bad.any():
+        raise ValueError(
+            f"`{arg}` argument to `{fn}` must be within float32's range "
+            f"(|x| <= 3.4e38) for method='cast' (a float32 draw), got "
+            f"{a if a.ndim == 0 else a[bad][:4]}; method='exact' takes "
+            "float64 scalar parameters")
+      f32[arg] = a32
+      d = distributions.get(fn)
+      lo, hi = _CAST_RANGES.get(fn, {}).get(arg, (None, None))
+      if arg in d.positive and lo is None:
+        lo = _TINY32  # XLA on CPU flushes smaller (subnormal) ones to zero
+      if lo is not None:
+        ok = ~np.isfinite(a) | ((a >= lo) & (a <= (hi or np.inf)))
+        if not np.all(ok):
+          raise ValueError(
+              f"`{arg}` argument to `{fn}` must be within [{lo:.3g}, "
+              f"{hi or 3.4e38:.3g}] for method='cast' (jax.random's float32 "
+              f"draw gives NaN or zero beyond), got "
+              f"{a if a.ndim == 0 else a[~ok][:4]}")
+    span = _SPANS.get(fn)
+    if span and f32[span[0]] is not None and f32[span[1]] is not None:
+      width = f32[span[1]] - f32[span[0]]
+      if not np.all(np.isfinite(width)):
+        raise ValueError(
+            f"`{span[1]} - {span[0]}` of `{fn}` must be within float32's "
+            f"range (<= 3.4e38) for method='cast' (a float32 draw), got "
+            f"{span[0]}={arrays[span[0]]}, {span[1]}={arrays[span[1]]}; "
+            "method='exact' takes float64 scalar parameters")
+  try:
+    distributions.check_domain(fn, f32)
+  except ValueError as e:
+    raise ValueError(f"{e} once rounded to float32 for method='cast' (a "
+                     "float32 draw); method='exact' takes float64 scalar "
+                     "parameters") from e
+
+
+def check_broadcast(fn: str, params: dict[str, Any], shape: Any) -> None:
+  """ValueError unless every parameter broadcasts to ``shape`` (jax.random
+  would fail inside its arithmetic, naming neither)."""
+  if shape is None:
+    return
+  for arg, v in params.items():
+    s = tuple(getattr(v, "shape", np.shape(v)))
+    try:
+      ok = np.broadcast_shapes(s, tuple(shape)) == tuple(shape)
+    except ValueError:
+      ok = False
+    if not ok:
+      raise ValueError(f"`{arg}` argument to `{fn}` has shape {s}, which does "
+                       f"not broadcast to the `shape` argument {tuple(shape)}")
+
+
 def as_jax_param(x: Any, arg: str, fn: str) -> Any:
   """A parameter as jax.random takes it: narrow formats decoded to float32,
-  Python numbers left weakly typed, other arrays unchanged."""
-  if isinstance(x, (int, float)) and not isinstance(x, bool):
+  Python numbers left weakly typed (ints beyond int32 rounded once to
+  float32 instead of wrapping), other arrays as float32."""
+  if isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool)
+                              and -2**31 <= x < 2**31):
     return x
   return rounding.to_float32(x, fn=fn, arg=arg)
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src import distributions
 from jaxfp8._src import formats
 from jaxfp8._src import validate
@@ -127,12 +129,17 @@ def run(fn: str, key, shape, fmt: formats.Format, *, params: dict[str, Any],
   static = dict(static or {})
   key = validate.check_single_key(key, fn)
   common.check_params(fn, params)
+  common.check_broadcast(fn, params, shape)
   scalars = {k: common.concrete_scalar(v) for k, v in params.items()}
   check_sign(fn, fmt, params)
   if table_bits is not None:
     table_bits = table_method.check_bits(table_bits, fn)
   chosen = choose_method(method, rounding, scalars, fmt, fn)
-  if chosen == "cast":
+  if chosen != "cast" and shape is not None and 0 in shape:
+    # Nothing to draw (and no table to index): an empty array of the format.
+    out = codes_lib.from_codes(jnp.zeros(shape, jnp.uint8), fmt)
+  elif chosen == "cast":
+    common.check_float32_params(fn, params)
     arrays = {k: common.as_jax_param(v, k, fn) for k, v in params.items()}
     if shape is not None:
       static["shape"] = shape

@@ -81,7 +81,8 @@ def ball(key, d, p=2, shape=(), dtype=None, *, out_sharding=None, method=None,
   if fmt is None:
     return jax.random.ball(key, d, p, shape, wide, out_sharding=out_sharding)
   return draw.run(fn, key, None, fmt, params={"p": p},
-                  static={"d": int(d), "shape": shape},
+                  static={"d": validate.check_size(d, "d", fn, minimum=1),
+                          "shape": shape},
                   method=method, rounding=rounding, out_sharding=out_sharding)
 
 
@@ -104,8 +105,8 @@ def orthogonal(key, n, shape=(), dtype=None, m=None, *, out_sharding=None,
   if fmt is None:
     return jax.random.orthogonal(key, n, shape, wide, m,
                                  out_sharding=out_sharding)
-  static = {"n": int(n), "shape": shape}
+  static = {"n": validate.check_size(n, "n", fn), "shape": shape}
   if m is not None:
-    static["m"] = int(m)
+    static["m"] = validate.check_size(m, "m", fn)
   return draw.run(fn, key, None, fmt, params={}, static=static,
                   method=method, rounding=rounding, out_sharding=out_sharding)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import difflib
 import json
 import os
 import platform
@@ -317,8 +318,12 @@ def _select_ops(spec: str | None, n: int) -> list[report_worker.Op]:
                      f"families or kinds, got {spec!r}")
   unknown = [w for w in wanted if w not in known]
   if unknown:
-    raise ValueError(f"argument --ops: unknown {', '.join(unknown)}; choose "
-                     f"from: {', '.join(sorted(known))}")
+    close = [c for w in unknown
+             for c in difflib.get_close_matches(w, known, n=3, cutoff=0.6)]
+    hint = (f"did you mean {', '.join(map(repr, dict.fromkeys(close)))}? "
+            if close else "")
+    raise ValueError(f"argument --ops: unknown {', '.join(unknown)}; {hint}"
+                     f"choose from: {', '.join(sorted(known))}")
   return [op for op in ops
           if op.name in wanted or op.family in wanted or op.kind in wanted]
 
