@@ -445,3 +445,22 @@ class TestInterpretKernels(TestCompiledKernels):
   def setup_method(self):
     if jax.default_backend() != "cpu":
       pytest.skip("interpreted on CPU; the compiled tests cover this backend")
+
+
+@pytest.mark.parametrize("fmt", [f.name for f in jaxfp8.formats.all_formats(
+    narrow=True)])
+def test_dot_general_takes_every_narrow_format_exactly(fmt):
+  """Formats no GEMM takes (float4, float6 codes, fnuz, IEEE, E8M0) are
+  decoded exactly: the float32 result equals the float64 product of the
+  operands' values (small K: every partial sum is exact in float32)."""
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((8, 16)).astype(np.float32)
+  b = rng.standard_normal((16, 4)).astype(np.float32)
+  if fmt == "float8_e8m0fnu":
+    a, b = np.abs(a) + 0.1, np.abs(b) + 0.1
+  qa, qb = jaxfp8.cast(a, fmt), jaxfp8.cast(b, fmt)
+  got = jaxfp8.ops.dot_general(qa, qb, (((1,), (0,)), ((), ())))
+  want = (np.asarray(jaxfp8.decode(qa)).astype(np.float64)
+          @ np.asarray(jaxfp8.decode(qb)).astype(np.float64))
+  assert got.dtype == np.float32
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)

@@ -16,8 +16,26 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxfp8._src import codes
+from jaxfp8._src import formats
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
+
+
+def _operand(x: Any) -> Any:
+  """``x``, or its exact float32 values where no GEMM takes its format.
+
+  float8_e4m3fn / float8_e5m2 stay narrow (the kernel's, and XLA's fp8
+  GEMM); every other narrow format (float4, the fnuz and IEEE fp8 formats,
+  E8M0, and float6 CodeArrays) is decoded exactly: a product of two narrow
+  values is exact in float32, and the sum accumulates in float32 as
+  ``preferred_element_type=float32`` asks.
+  """
+  dtype = getattr(x, "dtype", None)
+  if isinstance(x, codes.CodeArray) or (
+      formats.is_narrow(dtype) and np.dtype(dtype) not in common.FP8_DTYPES):
+    return codes.as_float32(x)
+  return x
 
 
 def _check(lhs, rhs, dimension_numbers, preferred_element_type) -> None:
@@ -54,14 +72,27 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   accumulation; the result is reshaped to dot_general's (lhs kept, rhs kept)
   axes (``precision=HIGHEST`` selects the kernel's bfloat16 MMA). Everything
   else, including ``interpret=None`` off GPU, is ``lax.dot_general`` itself.
-  ``preferred_element_type`` defaults to float32 for fp8 operands.
+  Operands of the other narrow formats (float4_e2m1fn, float6 CodeArrays,
+  the fnuz and IEEE fp8 formats, E8M0), which no GEMM here takes, are
+  decoded to float32 exactly first. ``preferred_element_type`` defaults to
+  float32 for narrow operands.
 
   >>> import jax.numpy as jnp
   >>> x = jnp.ones((2, 3, 32), jnp.float8_e4m3fn)
   >>> w = jnp.ones((32, 5), jnp.float8_e4m3fn)
   >>> dot_general(x, w, (((2,), (0,)), ((), ())), interpret=True).shape
   (2, 3, 5)
+  >>> import jaxfp8
+  >>> a = jaxfp8.encode(jnp.full((2, 4), 1.5), "e2m3")  # float6 codes
+  >>> dot_general(a, jnp.ones((4, 3), jnp.float4_e2m1fn), (((1,), (0,)), ((), ())))
+  Array([[6., 6., 6.],
+         [6., 6., 6.]], dtype=float32)
   """
+  narrow_in = formats.is_narrow(getattr(lhs, "dtype", None)) or (
+      formats.is_narrow(getattr(rhs, "dtype", None)))
+  lhs, rhs = _operand(lhs), _operand(rhs)
+  if preferred_element_type is None and narrow_in:
+    preferred_element_type = jnp.float32
   _check(lhs, rhs, dimension_numbers, preferred_element_type)
   (l_con, r_con), (l_bat, r_bat) = dimension_numbers
   fp8 = (np.dtype(lhs.dtype) in common.FP8_DTYPES

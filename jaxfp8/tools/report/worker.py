@@ -369,9 +369,9 @@ class Runner:
     if self.side == "native":
       got = jax.jit(lambda u, v: jnp.dot(u, v, preferred_element_type=jnp.float32))(ja, jb)
     else:
-      fn = _resolve(self.root, "ops.scaled_matmul", "jaxfp8")
-      one = jnp.float32(1.0)
-      got = fn(ja, jb.T, one, one, out_dtype=jnp.float32)
+      fn = _resolve(self.root, "ops.dot_general", "jaxfp8")
+      got = fn(ja, jb, (((1,), (0,)), ((), ())),
+               preferred_element_type=jnp.float32)
     v, _ = _to_f64(got)
     err = float(np.max(np.abs(v - ref)) / max(np.max(np.abs(ref)), 1e-300))
     return self._compare(got, ref, np.ones(ref.shape, bool),
