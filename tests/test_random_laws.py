@@ -297,3 +297,21 @@ def test_pow2_words_are_few_powers_of_two():
   for n in [1, 63, 64, 65, 1000, 245_000, 1 << 20, (1 << 20) + 1]:
     m = exact.pow2_words(n)
     assert n <= m <= n + n / 32 + 1 and bin(m).count("1") <= 6
+
+
+@pytest.mark.parametrize("x", [-1e300, -1e30, -1e8, -3.0, 0.0, 2.0, 1e8])
+def test_cauchy_cdf_keeps_its_left_tail(x):
+  """0.5 + atan(x)/pi loses every digit below 1e-16; the table's doesn't."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src import distributions  # pylint: disable=g-import-not-at-top
+  got = distributions.get("cauchy").cdf(x)
+  assert got == pytest.approx(scipy_stats.cauchy.cdf(x), rel=1e-13)
+
+
+@pytest.mark.parametrize("x", [1e-100, 1e-20, 1e-5, 0.3, 0.99, 1.5, 2.9])
+def test_maxwell_cdf_keeps_its_left_tail(x):
+  """erf(x/sqrt2) - x exp(-x^2/2) cancels near 0, where F ~ x^3."""
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src import distributions  # pylint: disable=g-import-not-at-top
+  got = distributions.get("maxwell").cdf(x)
+  assert got == pytest.approx(scipy_stats.maxwell.cdf(x), rel=1e-12)

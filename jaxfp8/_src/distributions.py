@@ -123,7 +123,9 @@ def _gumbel_sf(x):
 
 
 def _cauchy_cdf(x):
-  return 0.5 + math.atan(x) / math.pi if x <= 0 else math.atan2(1.0, -x) / math.pi
+  # atan2(1, -x) / pi: no cancellation in the left tail (1/(pi |x|)), where
+  # 0.5 + atan(x) / pi loses every digit below 1e-16.
+  return math.atan2(1.0, -x) / math.pi
 
 
 def _lognormal_cdf(x, sigma):
@@ -155,7 +157,23 @@ def _maxwell_cdf(x):
     return 0.0
   if x > 3:
     return 1.0 - _maxwell_sf(x)
+  if x < 1:  # erf(.) - x exp(.) cancels (F ~ x^3 near 0): the series
+    return _maxwell_cdf_series(x)
   return math.erf(x / _SQRT2) - math.sqrt(2 / math.pi) * x * math.exp(-x * x / 2)
+
+
+def _maxwell_cdf_series(x):
+  """P(3/2, x^2/2), the regularized lower incomplete gamma, by its series
+  z^s e^-z / Gamma(s) * sum_k z^k / (s (s+1) ... (s+k)), for 0 < x < 1."""
+  z, s = x * x / 2, 1.5
+  term = total = 1 / s
+  for k in range(1, 60):
+    term *= z / (s + k)
+    total += term
+    if term < total * 1e-17:
+      break
+  log_front = 3 * math.log(x) - 1.5 * math.log(2) - z
+  return math.exp(log_front) / (math.sqrt(math.pi) / 2) * total
 
 
 def _maxwell_sf(x):
