@@ -185,11 +185,11 @@ def test_a_hung_operation_is_a_timeout_cell():
   pool = report_run.WorkerPool(256, 0, env)
   try:
     res = report_run.run_job(report_run.Job("native", "float8_e4m3fn", ops),
-                             pool, timeout=20, log=lambda _: None)
+                             pool, timeout=10, log=lambda _: None)
   finally:
     pool.close()
   assert res[ops[0]] == {"status": "timeout",
-                         "message": "no answer within 20 s"}
+                         "message": "no answer within 10 s"}
   assert res[ops[1]]["status"] == "ok"
 
 

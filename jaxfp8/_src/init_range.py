@@ -143,7 +143,8 @@ def _suggested_shift(law: Law, fmt: formats.Format) -> int:
   if not (spread > 0 and math.isfinite(spread)):
     return 0
   target = math.sqrt(fmt.min_normal * fmt.max) if fmt.max > 1 else fmt.max / 4
-  return round(math.log2(target / spread))
+  # In logs: target / spread overflows for a subnormal spread (5e-324).
+  return round(math.log2(target) - math.log2(spread))
 
 
 def _fitting_formats(law: Law, fmt: formats.Format) -> list[str]:
