@@ -285,16 +285,20 @@ def _source_of(x: Any) -> Any:
 
 
 @jax.custom_jvp
-def _straight_through(source, values):
-  """``values``, differentiated as the identity in ``source`` (0 in values)."""
+def straight_through(source, values):
+  """``values``, differentiated as the identity in ``source`` (0 in values).
+
+  The one straight-through rule: ``decode`` of a cast and MX ``dequantize``
+  of a quantize differentiate through it.
+  """
   del source
   return values
 
 
-@_straight_through.defjvp
+@straight_through.defjvp
 def _straight_through_jvp(primals, tangents):
   source, values = primals
-  return (_straight_through(source, values),
+  return (straight_through(source, values),
           tangents[0].astype(values.dtype))
 
 
@@ -360,7 +364,7 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
     return decode(encode_numpy(x), dtype)
   else:
     values = jnp.asarray(x).astype(dtype)
-  out = _live(lambda s: _straight_through(s, lax.stop_gradient(values)),
+  out = _live(lambda s: straight_through(s, lax.stop_gradient(values)),
               source)
   return values if out is None else out
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from jaxfp8._src import codes as codes_lib
 from jaxfp8._src import compat
 from jaxfp8._src import formats
 from jaxfp8._src import mx_pack
@@ -389,7 +390,7 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
       *leaves, a.fmt, axis=a.axis, length=a.length, block_size=a.block_size)
   if source is not None:
     try:
-      out = _straight_through(source, out)
+      out = codes_lib.straight_through(source, out)
     except jax.errors.UnexpectedTracerError as e:
       raise ValueError(
           "`dequantize`: this MXArray was quantized inside a transformation "
@@ -397,19 +398,6 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
           "gradient source is gone; dequantize it inside the same "
           "transformation, or use mx.fake_quantize") from e
   return out if dtype == np.float32 else out.astype(dtype)
-
-
-@jax.custom_jvp
-def _straight_through(source, values):
-  """``values``, differentiated as the identity in ``source``."""
-  del source
-  return values
-
-
-@_straight_through.defjvp
-def _straight_through_jvp(primals, tangents):
-  source, values = primals
-  return _straight_through(source, values), tangents[0].astype(values.dtype)
 
 
 def no_gradient(a: MXArray) -> MXArray:
