@@ -130,7 +130,8 @@ def _quantize_operand(x, scaler):
   """
   x32 = x.astype(jnp.float32)
   scale = scaler.scale_for(x32)
-  return (rounding.round_to(x32 / scale, scaler.format), scale,
+  # scaling.divide, as scaling.quantize: x32 / scale flushes subnormals.
+  return (rounding.round_to(scaling.divide(x32, scale), scaler.format), scale,
           scaler.update(amax(x32)))
 
 
