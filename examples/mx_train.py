@@ -14,7 +14,9 @@ weights and batches:
 
 The MXFP8-trained parameters are then packed once
 (``jaxfp8.mx.quantize_params``) into mxfp4_e2m1 and mxfp8_e4m3 kernels and
-the same model is applied from them (weight-only; activations in float32).
+the same model is applied straight from the packed tree under
+``jaxfp8.mx.linen_mx`` (weight-only; activations in float32): the kernels
+stay MXArrays and each Dense multiplies through ``jaxfp8.mx.dot_general``.
 
 Usage::
 
@@ -117,7 +119,14 @@ def main(argv=None) -> int:
     trained[mode] = p
     losses[mode] = mse(apply, p, test_xy)
   model = MLP()
-  serve = jax.jit(lambda q, x: model.apply(mx.dequantize_params(q), x))
+
+  @jax.jit
+  def serve(packed, x):
+    # Straight from the packed tree: each Dense multiplies its MXArray
+    # kernel through mx.dot_general (weight-only: a rule of None).
+    with mx.linen_mx([(".*", None)]):
+      return model.apply(packed, x)
+
   for fmt, name in (("mxfp4_e2m1", "serve_mxfp4"),
                     ("mxfp8_e4m3", "serve_mxfp8")):
     packed = mx.quantize_params(trained["mxfp8"], fmt)

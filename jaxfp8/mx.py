@@ -22,8 +22,9 @@ from jaxfp8._src.mx_train import MXRecipe as MXRecipe
 
 # Defined in jaxfp8._src.mx_flax, which imports Flax: loaded on first use.
 _FLAX_NAMES = (
-    "MXDotGeneral", "NnxMXDotGeneral", "dequantize_params", "linen_mx",
-    "nnx_mx", "packed_bytes", "quantize_params",
+    "MXDotGeneral", "NnxMXDotGeneral", "NnxStochasticMXDotGeneral",
+    "dequantize_params", "linen_mx", "nnx_mx", "packed_bytes",
+    "quantize_params",
 )
 
 
@@ -40,7 +41,7 @@ def __dir__():
 
 __all__ = [
     "MXArray", "MXDotGeneral", "MXFormat", "MXRecipe", "MX_FORMATS",
-    "NnxMXDotGeneral", "SCALE_MODES", "dequantize", "dequantize_params",
+    "NnxMXDotGeneral", "NnxStochasticMXDotGeneral", "SCALE_MODES", "dequantize", "dequantize_params",
     "dot_general", "fake_quantize", "from_scaled", "get_format", "get_recipe",
     "linen_mx", "matmul", "nnx_mx", "packed_bytes", "quantize",
     "quantize_params", "to_scaled",

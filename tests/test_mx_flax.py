@@ -11,8 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from jaxfp8 import mx
+from jaxfp8._src import compat
 from jaxfp8._src import mx_train
 
 
@@ -111,6 +113,134 @@ def test_nnx_step_graph_surgery():
       ("wgrad", "mxfp8_e4m3", (16, 64))})
   assert all((64, 8) not in e for e in log)  # the head stays plain
   assert step(model, optimizer) < l0
+
+
+class EinsumNet(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Einsum((32, 64), "bi,io->bo", name="mix")(x)
+    return nn.Dense(8, name="head")(nn.relu(x))
+
+
+def test_linen_einsum_step_through_the_conversion():
+  model, (x, y) = EinsumNet(), _data()
+  params = model.init(jax.random.key(2), x)
+  rules = [("head", None), ("mix", "mxfp8")]
+  opt = optax.adam(1e-2)
+  state = opt.init(params)
+
+  @jax.jit
+  def step(params, state):
+    def loss(p):
+      with mx.linen_mx(rules):
+        return jnp.mean((model.apply(p, x) - y) ** 2)
+    l, g = jax.value_and_grad(loss)(params)
+    u, state = opt.update(g, state)
+    return optax.apply_updates(params, u), state, l, g
+
+  with mx_train.trace_gemms() as log:
+    params2, _, l0, g = step(params, state)
+  # jnp.einsum contracts (kernel, inputs): the MX GEMMs are the einsum's
+  assert sorted({e[:2] for e in log}) == [("dgrad", "mxfp8_e4m3"),
+                                        ("fwd", "mxfp8_e4m3"),
+                                        ("wgrad", "mxfp8_e4m3")]
+  assert all((64, 8) not in e[2:] for e in log)  # the head stays plain
+  assert np.any(g["params"]["mix"]["kernel"] != 0)
+  assert np.any(g["params"]["mix"]["bias"] != 0)
+  # the layer's forward: the product of its quantized operands, plus bias
+  layer, p = nn.Einsum((32, 64), "bi,io->bo"), params["params"]["mix"]
+  with mx.linen_mx("mxfp8"):
+    out = layer.apply({"params": p}, x)
+  q = lambda v, axis: np.asarray(mx.quantize(
+      v, "mxfp8_e4m3", axis=axis, scale_mode="rceil").dequantize(), np.float64)
+  ref = q(x, 1) @ q(p["kernel"], 0) + np.asarray(p["bias"], np.float64)
+  np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+  plain = model.apply(params, x)
+  with mx.linen_mx([(".*", None)]):
+    np.testing.assert_array_equal(model.apply(params, x), plain)
+  _, _, l1, _ = step(params2, state)
+  assert l1 < l0
+  # the einsum hook itself (a private JAX keyword, held in compat)
+  calls = []
+
+  def dot(a, b, dims, precision=None, preferred_element_type=None, **kw):
+    calls.append(dims)
+    return jax.lax.dot_general(a, b, dims, precision=precision,
+                               preferred_element_type=preferred_element_type)
+
+  out = compat.einsum("bi,io->bo", x, jnp.ones((32, 3)), dot_general=dot)
+  assert calls and out.shape == (16, 3)
+
+
+def test_nnx_stochastic_rounding_takes_a_fresh_key_each_step():
+  x, _ = _data()
+
+  def grads_of_two_steps(seed):
+    model = mx.nnx_mx(NnxMLP(nnx.Rngs(0)), "sr=1", rngs=nnx.Rngs(mx=seed))
+    assert isinstance(model.hidden.dot_general, mx.NnxStochasticMXDotGeneral)
+    grad = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x) * 0.37)))
+    return grad(model), grad(model)  # the same weights, two steps
+
+  a1, a2 = grads_of_two_steps(5)
+  b1, _ = grads_of_two_steps(5)
+  c1, _ = grads_of_two_steps(6)
+  k = lambda g: np.asarray(g["hidden"]["kernel"].get_value())
+  assert not np.array_equal(k(a1), k(a2))  # a fresh key per step
+  np.testing.assert_array_equal(k(a1), k(b1))  # the seed reproduces
+  assert not np.array_equal(k(a1), k(c1))
+  e = lambda g: np.asarray(g["mix"]["kernel"].get_value())
+  assert not np.array_equal(e(a1), e(a2))  # Einsum too
+  with pytest.raises(ValueError, match="rngs=nnx.Rngs"):
+    mx.nnx_mx(NnxMLP(nnx.Rngs(0)), "sr=1")
+  with pytest.raises(ValueError, match="NnxStochasticMXDotGeneral"):
+    mx.NnxMXDotGeneral("sr=1")
+
+
+def test_serving_straight_from_the_packed_tree():
+  model, (x, _) = MLP(), _data()
+  params = model.init(jax.random.key(2), x)
+  for fmt, per_weight in [("mxfp4_e2m1", 17 / 32), ("mxfp8_e4m3", 33 / 32)]:
+    packed = mx.quantize_params(params, fmt)
+    kernels = [v["kernel"] for v in packed["params"].values()]
+    assert all(isinstance(k, mx.MXArray) for k in kernels)
+    assert sum(k.nbytes for k in kernels) == per_weight * sum(
+        k.size for k in kernels)
+    plain = mx.dequantize_params(packed)
+    with mx_train.trace_gemms() as log:
+      only = jax.jit(lambda p: _served(model, p, x, [(".*", None)]))(packed)
+    assert [e[:2] for e in log] == [("serve", None)] * 3
+    np.testing.assert_allclose(only, model.apply(plain, x), rtol=1e-5,
+                               atol=1e-6)
+    with mx_train.trace_gemms() as log:
+      dyn = jax.jit(lambda p: _served(model, p, x, fmt))(packed)
+    assert [e[:2] for e in log] == [("serve", fmt)] * 3
+    np.testing.assert_allclose(dyn, _dyn_on(model, plain, x, fmt),
+                               rtol=1e-5, atol=1e-6)
+  # nnx: merged from the packed state, converted, applied as packed
+  m = NnxMLP(nnx.Rngs(0))
+  graphdef, state = nnx.split(m)
+  served = mx.nnx_mx(nnx.merge(graphdef, mx.quantize_params(
+      state, "mxfp8_e4m3")), [(".*", None)])
+  assert isinstance(served.head.kernel.get_value(), mx.MXArray)
+  with mx_train.trace_gemms() as log:
+    out = nnx.jit(lambda mod: mod(x))(served)
+  # Einsum's kernel is dequantized (jnp.einsum takes arrays): a plain GEMM
+  assert [e[:2] for e in log] == [("serve", None), ("fwd", None),
+                                  ("serve", None)]
+  ref = nnx.merge(graphdef, mx.dequantize_params(mx.quantize_params(
+      state, "mxfp8_e4m3")))(x)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def _served(model, packed, x, rules):
+  with mx.linen_mx(rules):
+    return model.apply(packed, x)
+
+
+def _dyn_on(model, params, x, fmt):
+  with mx.linen_mx(f"f={fmt},d=none,w=none"):
+    return model.apply(params, x)
 
 
 def test_serving_from_packed_weights():

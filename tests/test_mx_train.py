@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from jaxfp8 import mx
+from jaxfp8._src.kernels import dispatch
 
 FORMATS = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp4_e2m1"]
 
@@ -68,25 +69,33 @@ def _rel(a, b):
   return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
 
 
-# Every format on 2-D; the other layouts each with two formats (compile time).
-PAIRS = ([("2d", f) for f in FORMATS]
-         + [("batched_3d", "mxfp8_e4m3"), ("batched_3d", "mxfp4_e2m1"),
-            ("einsum", "mxfp8_e5m2"), ("einsum", "mxfp6_e2m3"),
-            ("attention", "mxfp8_e4m3")])
+# Every format on 2-D; the other layouts each with two formats (compile time);
+# the kernel backends (Pallas interpreted, lax.scaled_dot) on a few of each.
+PAIRS = ([("2d", f, "auto") for f in FORMATS]
+         + [("batched_3d", "mxfp8_e4m3", "auto"),
+            ("batched_3d", "mxfp4_e2m1", "auto"),
+            ("einsum", "mxfp8_e5m2", "auto"), ("einsum", "mxfp6_e2m3", "auto"),
+            ("attention", "mxfp8_e4m3", "auto"),
+            ("2d", "mxfp8_e4m3", "pallas"), ("attention", "mxfp8_e5m2", "pallas"),
+            ("2d", "mxfp4_e2m1", "scaled_dot"),
+            ("batched_3d", "mxfp8_e4m3", "scaled_dot")])
 
 
-@pytest.mark.parametrize("case,fmt", PAIRS)
-def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, fmt):
+@pytest.mark.parametrize("case,fmt,backend", PAIRS)
+def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, fmt,
+                                                                backend):
   ls, rs, dims = CASES[case]
   k1, k2, k3 = jax.random.split(jax.random.key(hash(case) % 1000), 3)
   x = jax.random.normal(k1, ls) * 3.0
   w = jax.random.normal(k2, rs) * 0.1
   recipe = mx.MXRecipe(fwd=fmt, dgrad=fmt, wgrad=fmt)
 
+  interpret = True if backend == "pallas" else None
+
   @jax.jit
   def gemms(a, b, g):
-    y, vjp = jax.vjp(lambda a, b: mx.dot_general(a, b, dims, recipe=recipe),
-                     a, b)
+    y, vjp = jax.vjp(lambda a, b: mx.dot_general(
+        a, b, dims, recipe=recipe, backend=backend, interpret=interpret), a, b)
     return (y,) + vjp(g)
 
   y_shape = jax.eval_shape(lambda a, b: mx.dot_general(
@@ -108,6 +117,59 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, fmt):
   assert _rel(y, fwd) < 1e-6
   assert _rel(dx, dgrad) < 1e-6
   assert _rel(dw, wgrad) < 1e-6
+
+
+def test_backend_choice_per_platform_and_format():
+  choose = dispatch.mx_backend
+  assert choose("gpu", "mxfp8_e4m3", block_size=32) == "pallas"
+  assert choose("cuda", "mxfp8_e5m2", block_size=64) == "pallas"
+  assert choose("gpu", "mxfp8_e4m3", block_size=16) == "dequantize"
+  for fmt in ["mxfp4_e2m1", "mxfp6_e3m2", "nvfp4", "mxint8"]:
+    assert choose("gpu", fmt, block_size=32) == "dequantize"
+  for platform in ["cpu", "tpu"]:
+    assert choose(platform, "mxfp8_e4m3", block_size=32) == "dequantize"
+  assert choose("cpu", "mxfp4_e2m1", block_size=32,
+                backend="scaled_dot") == "scaled_dot"
+  assert choose("cpu", "mxfp8_e4m3", block_size=32,
+                backend="pallas") == "pallas"
+  with pytest.raises(NotImplementedError, match="mxfp4_e2m1"):
+    choose("gpu", "mxfp4_e2m1", block_size=32, backend="pallas")
+  with pytest.raises(NotImplementedError, match="fp6"):
+    choose("cpu", "mxfp6_e2m3", block_size=32, backend="scaled_dot")
+  x, w = jnp.ones((4, 64)), jnp.ones((64, 8))
+  dims = (((1,), (0,)), ((), ()))
+  with pytest.raises(ValueError, match="`backend` argument to `dot_general`"):
+    mx.dot_general(x, w, dims, backend="cudnn")
+  # raised at the forward, for a backward GEMM the backend can't take
+  with pytest.raises(NotImplementedError, match="backend='pallas'"):
+    mx.dot_general(x, w, dims, recipe="d=mxfp4", backend="pallas")
+  with pytest.raises(TypeError, match="`interpret`"):
+    mx.dot_general(x, w, dims, interpret="yes")
+
+
+@pytest.mark.parametrize("backend,fmt", [("pallas", "mxfp8_e4m3"),
+                                         ("scaled_dot", "mxfp4_e2m1"),
+                                         ("auto", "mxfp6_e2m3")])
+def test_packed_weight_products_per_backend(backend, fmt):
+  x = jax.random.normal(jax.random.key(0), (2, 5, 96)) * 3.0
+  w = jax.random.normal(jax.random.key(1), (96, 24)) * 0.1
+  packed = mx.quantize(w, fmt, axis=0, scale_mode="rceil", pad=True)
+  dims = (((2,), (0,)), ((), ()))
+  wd = np.asarray(packed.dequantize(), np.float64)
+  interpret = True if backend == "pallas" else None
+  serve = jax.jit(lambda a, q, r: mx.dot_general(
+      a, q, dims, recipe=r, backend=backend, interpret=interpret),
+                  static_argnums=2)
+  dyn = serve(x, packed, fmt)
+  ref = np.einsum("btk,kn->btn", _qdq64(x, [2], fmt), wd)
+  assert dyn.dtype == jnp.float32 and _rel(dyn, ref) < 1e-6
+  if backend == "auto":  # weight-only: the activations as they are
+    only = serve(x, packed, None)
+    ref = np.einsum("btk,kn->btn", np.asarray(x, np.float64), wd)
+    assert _rel(only, ref) < 1e-6
+  else:
+    with pytest.raises(NotImplementedError, match="dynamic MX activations"):
+      serve(x, packed, None)
 
 
 def test_high_precision_weight_gradient_and_jit():

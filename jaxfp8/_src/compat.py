@@ -131,6 +131,34 @@ def gpu_lowering_target() -> contextlib.AbstractContextManager:
   return sh.use_abstract_mesh(mesh)
 
 
+def einsum(subscripts: str, lhs: Any, rhs: Any, *, dot_general: Callable,
+           precision: Any = None, preferred_element_type: Any = None,
+           out_sharding: Any = None) -> jax.Array:
+  """``jnp.einsum`` of two operands whose contractions call ``dot_general``.
+
+  JAX 0.10.2 and 0.11.2: ``jnp.einsum`` takes a private keyword
+  ``_dot_general`` (default ``lax.dot_general``, a static argument of its
+  jit, so it must be hashable) and calls it as ``dot_general(a, b,
+  dimension_numbers, precision, preferred_element_type=...)``, with the
+  operands in either order.
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.einsum(subscripts, lhs, rhs, precision=precision,
+                    preferred_element_type=preferred_element_type,
+                    out_sharding=out_sharding, _dot_general=dot_general)
+
+
+def linen_einsum_bias_shape(module: Any, einsum_str: str, lhs: Any,
+                            rhs: Any) -> tuple[list[int], list[int]]:
+  """(bias shape, broadcast bias shape) of a linen ``Einsum`` layer.
+
+  Flax 0.12.8: ``flax.linen.Einsum._get_bias_shape(einsum_str, lhs, rhs)``
+  (a private method) returns both; ``Einsum.__call__`` uses it for the bias
+  parameter and for adding it to the output.
+  """
+  return module._get_bias_shape(einsum_str, lhs, rhs)  # pylint: disable=protected-access
+
+
 # ---------------------------------------------------------------------------
 # The closures of jax.nn.initializers.
 #

@@ -239,7 +239,7 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
   if method == "scaled_dot":
     a, b = _as_mx(a, b, -1), _as_mx(b, a, -2)
     return _straight_through_product(
-        a, b, _scaled_dot(a, b, preferred_element_type))
+        a, b, scaled_dot_product(a, b, preferred_element_type))
   da = a.dequantize() if isinstance(a, _mx.MXArray) else a.astype(jnp.float32)
   db = b.dequantize() if isinstance(b, _mx.MXArray) else b.astype(jnp.float32)
   out = jnp.matmul(da, db, precision=lax.Precision.HIGHEST,
@@ -319,7 +319,17 @@ def _int8_scale_shift(elements, codes, axis: int):
   return codes, factor
 
 
-def _scaled_dot(a, b, preferred_element_type):
+def scaled_dot_product(a: _mx.MXArray, b: _mx.MXArray,
+                       preferred_element_type: Any, *,
+                       b_rows: bool = False) -> jax.Array:
+  """``a @ b`` by ``lax.scaled_dot``: a (M, K) / (B, M, K) blocked along K
+  (its last axis), b (K, N) / (B, K, N) blocked along K (its second to
+  last), the same block size; nvfp4 tensor scales and mxint8's 2^-6 applied
+  (see :func:`matmul`). ``b_rows``: b is (N, K) / (B, N, K) blocked along
+  its last axis instead (``a @ b.T``; the ``"scaled_dot"`` backend of
+  ``jaxfp8.mx.dot_general``: XLA on CPU fails at run time on some
+  transposed (K, N) operands, "Unsupported element type for DotThunk").
+  No gradient of its own."""
   if not (isinstance(a, _mx.MXArray) and isinstance(b, _mx.MXArray)):
     raise NotImplementedError("`matmul` with method='scaled_dot' needs two "
                               "MXArray operands")
@@ -329,15 +339,16 @@ def _scaled_dot(a, b, preferred_element_type):
         f"same rank and block size; got shapes {a.shape}, {b.shape} and "
         f"blocks {a.block_size}, {b.block_size}")
   (ea, sa), (eb, sb) = to_scaled(a), to_scaled(b)
+  b_axis = -1 if b_rows else -2
   fa = fb = None
   if a.fmt.name == "mxint8":
     sa, fa = _int8_scale_shift(ea, a.scales, -1)
     sa, fa = lax.bitcast_convert_type(sa, a.fmt.scale.dtype), fa[..., None]
   if b.fmt.name == "mxint8":
-    sb, fb = _int8_scale_shift(eb, b.scales, -2)
+    sb, fb = _int8_scale_shift(eb, b.scales, b_axis)
     sb, fb = lax.bitcast_convert_type(sb, b.fmt.scale.dtype), fb[..., None, :]
-  dims = (((1,), (0,)), ((), ())) if a.ndim == 2 else (((2,), (1,)),
-                                                       ((0,), (0,)))
+  k_b = b.ndim + b_axis
+  dims = (((a.ndim - 1,), (k_b,)), ((), ()) if a.ndim == 2 else ((0,), (0,)))
   out = lax.scaled_dot(ea, eb, lhs_scale=sa, rhs_scale=sb,
                        dimension_numbers=dims,
                        preferred_element_type=jnp.float32)

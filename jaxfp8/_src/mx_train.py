@@ -17,8 +17,10 @@ the dequantized forward operand would round twice. Several contracting dims
 are blocked as one, flattened in ``dimension_numbers`` order; a length that is
 not a multiple of the block is padded with zeros (the padding adds nothing).
 
-The product of the dequantized (exact) operands runs in float32 at HIGHEST
-precision: exact products, float32 accumulation, on every backend.
+Each MX GEMM multiplies exactly (exact products, float32 accumulation) on
+the backend ``kernels.dispatch.mx_backend`` chooses: the dequantized values
+in float32 at HIGHEST precision, the Pallas ``mx_matmul`` (mxfp8 on GPU) or
+``lax.scaled_dot`` (asked for by name).
 :class:`MXRecipe` chooses the formats per GEMM (or high precision), the scale
 mode, the block size and stochastic rounding of the output gradient.
 """
@@ -39,6 +41,7 @@ from jaxfp8._src import mx as mx_lib
 from jaxfp8._src import mx_quantize
 from jaxfp8._src import rounding as rounding_lib
 from jaxfp8._src import validate
+from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx_formats import get_format
 
 _GEMMS = ("fwd", "dgrad", "wgrad")
@@ -281,41 +284,95 @@ def _dot(a, b, dims):
                          preferred_element_type=jnp.float32)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _mx_dot(lhs, rhs, key, dims, recipe):
-  return _mx_dot_fwd(lhs, rhs, key, dims, recipe)[0]
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """How the MX GEMMs run: the backend asked for and the Pallas mode."""
+  backend: str = "auto"
+  interpret: bool | None = None
 
 
-def _mx_dot_fwd(lhs, rhs, key, dims, recipe):
-  (lc, rc), _ = dims
-  _record("fwd", recipe.fwd, lhs, rhs)
-  out = _dot(_qdq(lhs, lc, recipe.fwd, recipe),
-             _qdq(rhs, rc, recipe.fwd, recipe), dims)
-  return out, (lhs, rhs, key)
+def _blocked(x, batch, contract, fmt: str, recipe: MXRecipe, key):
+  """``x`` as a (B, F, K) MXArray blocked along K: batch, free and contracting
+  dims each flattened in order."""
+  x32 = _float32(x, "dot_general")
+  free = _free(x32.ndim, contract, batch)
+  size = lambda dims: math.prod(x32.shape[d] for d in dims)
+  xt = x32.transpose(batch + free + contract).reshape(
+      size(batch), size(free), size(contract))
+  return mx_lib.quantize(
+      xt, fmt, block_size=recipe.block_size, scale_mode=recipe.scale_mode,
+      rounding="nearest" if key is None else "stochastic", key=key, pad=True)
 
 
-def _mx_dot_bwd(dims, recipe, res, g):
-  lhs, rhs, key = res
+def _gemm(a, b, dims, fmt, recipe: MXRecipe, run: _Run, key=None):
+  """``dot_general(a, b, dims)`` of ``a`` and ``b`` quantized in ``fmt``
+  along their contracting dims (``key``: stochastic rounding of ``a``)."""
+  (ac, bc), (ab, bb) = dims
+  if fmt is None:
+    return _dot(_float32(a, "dot_general"), _float32(b, "dot_general"), dims)
+  block = recipe.block_size or get_format(fmt).block_size
+  backend = dispatch.mx_backend(jax.default_backend(), fmt, block_size=block,
+                                backend=run.backend)
+  if backend == "dequantize":
+    return _dot(_qdq(a, ac, fmt, recipe, key=key), _qdq(b, bc, fmt, recipe),
+                dims)
+  out = dispatch.mx_gemm(_blocked(a, ab, ac, fmt, recipe, key),
+                         _blocked(b, bb, bc, fmt, recipe, None),
+                         backend=backend, interpret=run.interpret)
+  shape = ([a.shape[d] for d in ab] + [a.shape[d] for d in _free(
+      a.ndim, ac, ab)] + [b.shape[d] for d in _free(b.ndim, bc, bb)])
+  return out.reshape(shape)
+
+
+def _ranges(*groups):
+  start, out = 0, []
+  for g in groups:
+    out.append(tuple(range(start, start + len(g))))
+    start += len(g)
+  return out
+
+
+def _transpose_dims(dims, lhs_ndim: int, rhs_ndim: int, *, of_rhs: bool):
+  """The GEMM ``dot_general(g, other, dims')`` whose transpose by ``perm`` is
+  the cotangent of lhs (or rhs): JAX's own dot_general transpose rule."""
   (lc, rc), (lb, rb) = dims
-  nb = len(lb)
-  lf, rf = _free(lhs.ndim, lc, lb), _free(rhs.ndim, rc, rb)
-  g_lhs_free = tuple(range(nb, nb + len(lf)))
-  g_rhs_free = tuple(range(nb + len(lf), g.ndim))
+  if of_rhs:  # the rule for lhs, with the operands swapped
+    lc, rc, lb, rb = rc, lc, rb, lb
+    lhs_ndim, rhs_ndim = rhs_ndim, lhs_ndim
+  lf, rf = _free(lhs_ndim, lc, lb), _free(rhs_ndim, rc, rb)
+  if of_rhs:
+    g_batch, g_other, _ = _ranges(lb, rf, lf)
+  else:
+    g_batch, _, g_other = _ranges(lb, lf, rf)
+  contract_sorted = [lc[i] for i in np.argsort(rc)]
+  perm = tuple(int(i) for i in np.argsort(list(lb) + list(lf)
+                                          + contract_sorted))
+  return ((g_other, rf), (g_batch, rb)), perm
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _mx_dot(lhs, rhs, key, dims, recipe, run):
+  return _mx_dot_fwd(lhs, rhs, key, dims, recipe, run)[0]
+
+
+def _mx_dot_fwd(lhs, rhs, key, dims, recipe, run):
+  _record("fwd", recipe.fwd, lhs, rhs)
+  return _gemm(lhs, rhs, dims, recipe.fwd, recipe, run), (lhs, rhs, key)
+
+
+def _mx_dot_bwd(dims, recipe, run, res, g):
+  lhs, rhs, key = res
   kd = kw = None
   if recipe.stochastic_grad:
     kd, kw = jax.random.split(key)
   # dx = dy . w over w's free dims: both blocked along those dims.
   _record("dgrad", recipe.dgrad, g, rhs)
-  gq = _qdq(g, g_rhs_free, recipe.dgrad, recipe, key=kd)
-  wq = _qdq(rhs, rf, recipe.dgrad, recipe)
-  dx = jax.linear_transpose(lambda a: _dot(a, wq, dims),
-                            jax.ShapeDtypeStruct(lhs.shape, jnp.float32))(gq)[0]
+  d_dims, perm = _transpose_dims(dims, lhs.ndim, rhs.ndim, of_rhs=False)
+  dx = _gemm(g, rhs, d_dims, recipe.dgrad, recipe, run, kd).transpose(perm)
   # dw = x . dy over x's free dims: both blocked along those dims.
   _record("wgrad", recipe.wgrad, lhs, g)
-  gq = _qdq(g, g_lhs_free, recipe.wgrad, recipe, key=kw)
-  xq = _qdq(lhs, lf, recipe.wgrad, recipe)
-  dw = jax.linear_transpose(lambda b: _dot(xq, b, dims),
-                            jax.ShapeDtypeStruct(rhs.shape, jnp.float32))(gq)[0]
+  w_dims, perm = _transpose_dims(dims, lhs.ndim, rhs.ndim, of_rhs=True)
+  dw = _gemm(g, lhs, w_dims, recipe.wgrad, recipe, run, kw).transpose(perm)
   return dx.astype(lhs.dtype), dw.astype(rhs.dtype), None
 
 
@@ -337,20 +394,21 @@ def _normalize_dims(dims, lhs_ndim: int, rhs_ndim: int, fn: str):
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                 precision: Any = None, preferred_element_type: Any = None, *,
                 recipe: Any = "mxfp8", key: jax.Array | None = None,
+                backend: str = "auto", interpret: bool | None = None,
                 **kwargs: Any) -> jax.Array:
   """``lax.dot_general`` with MX operands in the forward and both gradients.
 
   A drop-in ``dot_general`` (Flax's ``nn.Dense(dot_general=...)`` takes
   ``functools.partial(dot_general, recipe=...)``). Forward, input-gradient
   and weight-gradient GEMMs each quantize their own two operands along their
-  own contracting dims (see the module docstring) and multiply the exact
-  dequantized values in float32; gradients are those three products (no
-  straight-through approximations beyond the quantization itself).
+  own contracting dims (see the module docstring) and multiply them exactly
+  (exact products, float32 accumulation); gradients are those three products
+  (no straight-through approximations beyond the quantization itself).
 
   ``rhs`` may also be an :class:`~jaxfp8._src.mx.MXArray` (packed weights,
-  for serving): it is dequantized exactly and ``lhs`` is quantized with
-  ``recipe.fwd`` (None: weight-only, ``lhs`` as given); such a product has no
-  gradient.
+  for serving): ``lhs`` is quantized with ``recipe.fwd`` (dynamic MX
+  activations; None: weight-only, ``lhs`` as given) and multiplied with the
+  packed weight; such a product has no gradient.
 
   Args:
     lhs, rhs: real arrays (any float dtype; they are rounded from float32).
@@ -361,23 +419,49 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
       promoted float dtype.
     recipe: an :class:`MXRecipe` or a string for :func:`get_recipe`.
     key: a PRNG key, needed with ``recipe.stochastic_grad``.
+    backend: how each MX GEMM multiplies: ``"auto"`` (the Pallas
+      ``mx_matmul`` on GPU for mxfp8, else ``"dequantize"``),
+      ``"dequantize"`` (exact dequantize, float32 dot at HIGHEST precision),
+      ``"pallas"`` (mxfp8 only) or ``"scaled_dot"`` (``lax.scaled_dot``; not
+      fp6). High-precision GEMMs always run as a float32 dot.
+    interpret: the Pallas backend's mode (as ``jaxfp8.ops.mx_matmul`` takes
+      it; True runs the kernel in Pallas' interpreter, on CPU too).
     **kwargs: other ``lax.dot_general`` options Flax passes
       (``out_sharding``); ignored.
 
   Returns:
     ``lax.dot_general``'s result shape, in ``preferred_element_type``.
 
+  Raises:
+    NotImplementedError: an explicit ``backend`` that can't take one of the
+      recipe's formats.
+
   >>> import jax, jax.numpy as jnp
   >>> x, w = jnp.ones((4, 64)), jnp.full((64, 8), 0.5)
   >>> dot_general(x, w, (((1,), (0,)), ((), ())))[0, :2]
+  Array([32., 32.], dtype=float32)
+  >>> dot_general(x, w, (((1,), (0,)), ((), ())), backend="pallas",
+  ...             interpret=True)[0, :2]
   Array([32., 32.], dtype=float32)
   """
   del precision, kwargs
   fn = "dot_general"
   recipe = get_recipe(recipe)
+  if interpret is not None and not isinstance(interpret, bool):
+    raise TypeError(f"`interpret` argument to `{fn}` must be None or a bool, "
+                    f"got {interpret!r}")
+  run = _Run(backend, interpret)
   if isinstance(rhs, mx_lib.MXArray):
     return _serve_dot(lhs, rhs, dimension_numbers, recipe,
-                      preferred_element_type)
+                      preferred_element_type, run)
+  platform = jax.default_backend()
+  validate.check_choice(backend, dispatch.MX_BACKENDS, "backend", fn)
+  for g in _GEMMS:  # an explicit backend that can't run a GEMM fails here
+    fmt = getattr(recipe, g)
+    if fmt is not None:
+      dispatch.mx_backend(platform, fmt, backend=backend, fn=fn,
+                          block_size=recipe.block_size or get_format(
+                              fmt).block_size)
   validate.check_array(lhs, "lhs", fn)
   validate.check_array(rhs, "rhs", fn)
   lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
@@ -397,16 +481,54 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     key = validate.check_key(key, fn)
   else:
     key = None
-  return _mx_dot(lhs, rhs, key, dims, recipe).astype(out_dtype)
+  return _mx_dot(lhs, rhs, key, dims, recipe, run).astype(out_dtype)
 
 
-def _serve_dot(lhs, rhs, dims, recipe, preferred_element_type):
+def _serve_backend(lhs_fmt, rhs, dims, recipe, run: _Run) -> str:
+  """The backend of a packed-weight product; a kernel needs both operands
+  in one format and block size, ``rhs`` blocked along its one contracting
+  dim and no batch dims."""
+  fn = "dot_general"
+  (_, rc), (lb, _) = dims
+  validate.check_choice(run.backend, dispatch.MX_BACKENDS, "backend", fn)
+  block = None if lhs_fmt is None else (
+      recipe.block_size or get_format(lhs_fmt).block_size)
+  fits = (lhs_fmt == rhs.fmt.name and block == rhs.block_size and not lb
+          and rc == (rhs.axis % rhs.ndim,))
+  if run.backend in ("auto", "dequantize"):
+    backend = run.backend
+  elif not fits:
+    raise NotImplementedError(
+        f"`{fn}` with backend={run.backend!r} and a packed rhs needs dynamic "
+        f"MX activations in the weight's format and block size "
+        f"({rhs.fmt.name}, {rhs.block_size}), no batch dims and the weight "
+        f"blocked along its one contracting dim; got recipe.fwd={lhs_fmt!r}, "
+        f"dims {dims}, weight axis {rhs.axis}")
+  else:
+    backend = run.backend
+  if not fits:
+    return "dequantize"
+  return dispatch.mx_backend(jax.default_backend(), rhs.fmt.name,
+                             block_size=rhs.block_size, backend=backend, fn=fn)
+
+
+def _serve_dot(lhs, rhs, dims, recipe, preferred_element_type, run: _Run):
   lhs = jnp.asarray(lhs)
   dims = _normalize_dims(dims, lhs.ndim, rhs.ndim, "dot_general")
+  (lc, rc), _ = dims
   _record("serve", recipe.fwd, lhs, rhs)
-  w = lax.stop_gradient(rhs.dequantize())
-  out = _dot(_qdq(lhs, dims[0][0], recipe.fwd, recipe), w, dims)
   dtype = (lhs.dtype if preferred_element_type is None
            and jnp.issubdtype(lhs.dtype, jnp.floating)
            else preferred_element_type or jnp.float32)
-  return out.astype(dtype)
+  backend = _serve_backend(recipe.fwd, rhs, dims, recipe, run)
+  if backend == "dequantize":
+    w = lax.stop_gradient(rhs.dequantize())
+    return _dot(_qdq(lhs, lc, recipe.fwd, recipe), w, dims).astype(dtype)
+  free = _free(rhs.ndim, rc, ())
+  w = rhs.transpose(*free, rc[0])
+  w = w.reshape(1, math.prod(w.shape[:-1]), w.shape[-1])
+  a = _blocked(lax.stop_gradient(lhs), (), lc, recipe.fwd, recipe, None)
+  out = dispatch.mx_gemm(a, w, backend=backend, interpret=run.interpret)
+  shape = [lhs.shape[d] for d in _free(lhs.ndim, lc, ())] + [
+      rhs.shape[d] for d in free]
+  return out.reshape(shape).astype(dtype)

@@ -5,6 +5,11 @@ the products the fp8 kernel can take (two fp8 operands, no batch dimensions,
 a kernel output dtype, the kernel available) to
 :func:`jaxfp8._src.kernels.scaled_matmul.scaled_matmul`, laid out K-major;
 everything else goes to ``lax.dot_general`` itself.
+
+It also chooses the backend of each MX GEMM of ``jaxfp8.mx.dot_general``
+(:func:`mx_backend`, a pure function of platform and format) and runs the
+kernel backends on MXArray operands (:func:`mx_gemm`): the Pallas
+``mx_matmul`` (mxfp8, the automatic choice on GPU) and ``lax.scaled_dot``.
 """
 from __future__ import annotations
 
@@ -18,7 +23,12 @@ import numpy as np
 
 from jaxfp8._src import codes
 from jaxfp8._src import formats
+from jaxfp8._src import mx as mx_lib
+from jaxfp8._src import mx_dot
+from jaxfp8._src import validate
+from jaxfp8._src.mx_formats import get_format
 from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
 
 
@@ -123,3 +133,88 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
                       interpret=interpret,
                       precision=lax.Precision.HIGHEST if widen else None)
   return out.reshape(out_shape)
+
+
+# -- the backends of the MX dot_general ----------------------------------------
+
+MX_BACKENDS: tuple[str, ...] = ("auto", "dequantize", "pallas", "scaled_dot")
+_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+def _why_not(backend: str, fmt: str, block_size: int) -> str | None:
+  """Why ``backend`` can't run a GEMM of ``fmt`` blocks, or None if it can."""
+  if backend == "pallas":
+    if fmt not in mx_matmul_lib.MXFP8_FORMATS:
+      names = " and ".join(mx_matmul_lib.MXFP8_FORMATS)
+      return f"the Pallas mx_matmul reads {names} elements only, not {fmt}"
+    if block_size < 32 or block_size & (block_size - 1):
+      return (f"the Pallas mx_matmul needs a block size that is a power of "
+              f"two >= 32, not {block_size}")
+  if backend == "scaled_dot" and get_format(fmt).bits == 6:
+    return f"lax.scaled_dot can't hold {fmt}'s fp6 elements"
+  return None
+
+
+def mx_backend(platform: str, fmt: str, *, block_size: int,
+               backend: str = "auto", fn: str = "dot_general") -> str:
+  """The backend that multiplies two MX operands of ``fmt`` on ``platform``.
+
+  ``"auto"``: ``"pallas"`` (the ``mx_matmul`` kernel, fp8 tensor cores) on
+  a GPU for mxfp8 with power-of-two blocks >= 32, else ``"dequantize"``
+  (exact dequantize, float32 dot at HIGHEST precision): the fastest exact
+  path on CPU, where ``lax.scaled_dot`` flushes blocks of scale code 0 (see
+  ``docs/mx.md``). An explicit backend is checked against the format.
+
+  Args:
+    platform: ``jax.default_backend()``'s answer (``"cpu"``, ``"gpu"``, ...).
+    fmt: the MX format name of both operands.
+    block_size: their block size.
+    backend: one of :data:`MX_BACKENDS`.
+    fn: the public function to name in errors.
+
+  Raises:
+    ValueError: an unknown ``backend``.
+    NotImplementedError: an explicit backend that can't take ``fmt``.
+
+  >>> mx_backend("gpu", "mxfp8_e4m3", block_size=32)
+  'pallas'
+  >>> mx_backend("cpu", "mxfp8_e4m3", block_size=32)
+  'dequantize'
+  """
+  validate.check_choice(backend, MX_BACKENDS, "backend", fn)
+  if backend == "auto":
+    gpu = platform in _GPU_PLATFORMS
+    return ("pallas" if gpu and _why_not("pallas", fmt, block_size) is None
+            else "dequantize")
+  why = _why_not(backend, fmt, block_size)
+  if why is not None:
+    raise NotImplementedError(f"`{fn}` with backend={backend!r}: {why}; use "
+                              "backend='dequantize' or 'auto'")
+  return backend
+
+
+def mx_gemm(a: mx_lib.MXArray, b: mx_lib.MXArray, *, backend: str,
+            interpret: bool | None = None) -> jax.Array:
+  """``a @ b^T`` per batch in float32: a (B, M, K), b (B, N, K) MXArrays.
+
+  Both are blocked along K (their last axis) with the same block size;
+  ``backend`` is ``"pallas"`` (``jaxfp8.ops.mx_matmul`` per batch, under
+  ``vmap``; ``interpret`` as it takes it) or ``"scaled_dot"``. Returns
+  (B, M, N) float32: the float32 accumulation of exact block products.
+  """
+  if backend == "scaled_dot":
+    return mx_dot.scaled_dot_product(a, b, jnp.float32, b_rows=True)
+  if backend != "pallas":
+    raise ValueError(f"`mx_gemm`: backend must be 'pallas' or 'scaled_dot', "
+                     f"got {backend!r}")
+  k, bs = a.shape[-1], a.block_size
+
+  def one(ad, asc, bd, bsc):
+    def mx_of(data, scales, fmt):
+      return mx_lib.MXArray(data, scales, fmt, axis=-1, length=k,
+                            block_size=bs)
+    return mx_matmul_lib.mx_matmul(
+        mx_of(ad, asc, a.fmt), mx_of(bd, bsc, b.fmt), out_dtype=jnp.float32,
+        interpret=interpret)
+
+  return jax.vmap(one)(a.data, a.scales, b.data, b.scales)

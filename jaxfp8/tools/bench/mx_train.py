@@ -4,13 +4,16 @@ Times one jitted training step (forward, both gradients, Adam update) of a
 linen MLP ``width``-``width``-``width``-8 on a batch, as ratios of medians
 timed round-robin in the same run against the same step with every Dense
 multiplying in bfloat16: the model under ``jaxfp8.mx.linen_mx`` with each
-recipe (all three GEMMs in MX: quantize, dequantize exactly and multiply in
-float32 on this backend). Then the bytes of the served kernels packed by
+recipe (all three GEMMs in MX, on the backend ``mx.dot_general`` chooses
+here: the Pallas ``mx_matmul`` for mxfp8 on GPU, exact dequantize-and-dot
+elsewhere), and mxfp8 on the other backend (``lax.scaled_dot`` on CPU,
+dequantize on GPU). Then the bytes of the served kernels packed by
 ``jaxfp8.mx.quantize_params`` in each serving format, against bf16 kernels.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 
 from flax import linen as nn
@@ -20,6 +23,7 @@ from jax import lax
 import optax
 
 from jaxfp8 import mx
+from jaxfp8._src.kernels import dispatch
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 
@@ -75,9 +79,14 @@ def main(argv: list[str] | None = None) -> int:
   x = jax.random.normal(k[0], (args.batch, args.width))
   y = jax.random.normal(k[1], (args.batch, 8))
   params = _MLP(args.width).init(k[2], x)
+  other = "dequantize" if jax.default_backend() == "gpu" else "scaled_dot"
+  other_name = f"mxfp8 backend={other}"
   fns = {}
-  for name, model, recipe in [("bf16", _MLP(args.width, _bf16_dot), None)] + [
-      (r, _MLP(args.width), r) for r in RECIPES]:
+  rows = [("bf16", _MLP(args.width, _bf16_dot), None)] + [
+      (r, _MLP(args.width), r) for r in RECIPES] + [
+          (other_name, _MLP(args.width, functools.partial(
+              mx.dot_general, recipe="mxfp8", backend=other)), None)]
+  for name, model, recipe in rows:
     step, opt = _step(model, recipe, x, y)
     state = opt.init(params)
     fns[name] = (lambda step=step, state=state: step(params, state))
@@ -85,13 +94,15 @@ def main(argv: list[str] | None = None) -> int:
   print(f"# MX training step, MLP {args.width}-{args.width}-{args.width}-8, "
         f"batch {args.batch}, jax {jax.__version__}, {jax.default_backend()}, "
         f"{platform.processor() or platform.machine()}")
+  auto = dispatch.mx_backend(jax.default_backend(), "mxfp8_e4m3",
+                             block_size=32)
   print("ratios: median step time over the same-run median of the bf16 step "
-        "(MX here quantizes, dequantizes exactly and multiplies in float32)\n")
+        f"(the MX recipes on backend={auto}, the automatic choice here)\n")
   print(timing.markdown_table(
       ["recipe", "step ms", "/ bf16"],
       [["bf16", f"{med['bf16'] * 1e3:.2f}", "1.00x"]] + [
           [r, f"{med[r] * 1e3:.2f}", f"{med[r] / med['bf16']:.2f}x"]
-          for r in RECIPES]))
+          for r in RECIPES + (other_name,)]))
   kernels = {n: v["kernel"] for n, v in params["params"].items()}
   bf16 = sum(v.size * 2 for v in kernels.values())
   rows = [["bf16", bf16, "2.000", "1.00x"]]
