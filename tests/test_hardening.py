@@ -260,6 +260,11 @@ def test_fp8_dot_general_checks_formats_when_built():
     P.Fp8DotGeneral(fwd_format="e4m2")
   with pytest.raises(ValueError, match="Fp8DotGeneral"):
     P.Fp8DotGeneral(scaling="sometimes")
+  # An MX block format is a different op: the error points to it.
+  with pytest.raises(ValueError, match="MX block format.*jaxfp8.mx.MXDotGeneral"):
+    P.Fp8DotGeneral(fwd_format="mxfp8_e4m3")
+  with pytest.raises(ValueError, match="bwd_format.*NnxFp8DotGeneral.*MX block"):
+    P.NnxFp8DotGeneral(bwd_format="mxfp8_e5m2")
 
 
 def test_report_ops_did_you_mean():

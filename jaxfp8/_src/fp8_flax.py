@@ -25,6 +25,7 @@ from typing import Any
 from flax import linen as nn
 from flax import nnx
 
+from jaxfp8._src import mx_formats
 from jaxfp8._src import scaling
 from jaxfp8._src.fp8_dot import fp8_dot_general
 from jaxfp8._src.fp8_dot import OVERWRITE_WITH_GRADIENT
@@ -37,6 +38,15 @@ _ROLES = ("input", "kernel", "output_grad")
 
 
 def _check_formats(fwd: Any, bwd: Any, fn: str) -> tuple[str, str]:
+  for arg, fmt in (("fwd_format", fwd), ("bwd_format", bwd)):
+    if isinstance(fmt, str) and fmt in mx_formats.MX_FORMATS + ("mxfp8",):
+      # Block-scaled formats are a different op (per-block E8M0 scales), not
+      # a per-tensor scale: point the user to it rather than to a typo.
+      raise ValueError(
+          f"`{arg}` argument to `{fn}` is the MX block format {fmt!r}; "
+          f"`{fn}` scales whole tensors. For MX training use "
+          "`jaxfp8.mx.MXDotGeneral` (linen), `jaxfp8.mx.NnxMXDotGeneral` "
+          "(nnx) or `jaxfp8.mx.linen_mx` / `jaxfp8.mx.nnx_mx`")
   return (scaling.signed_format(fwd, arg="fwd_format", fn=fn).name,
           scaling.signed_format(bwd, arg="bwd_format", fn=fn).name)
 
