@@ -10,9 +10,10 @@ builds exact rounded laws, the initializers' range check measures what a
 format holds, and the report judges samples.
 
 CDFs and survival functions are float64, from accurate elementary functions
-(``math.erfc`` in the normal tails), so every probability built from them is
-accurate to about 1e-16 absolute: far below the 2^-32 that the samplers are
-held to.
+(``math.erfc`` in the normal tails) or scipy.special's incomplete gamma and
+beta functions (gamma, beta, chisquare, t, generalized_normal), so every
+probability built from them is accurate to 1e-14 absolute or better: far
+below the 2^-32 that the samplers are held to.
 
 >>> float(cdf("normal", -10.0))
 7.6198530241605...e-24
@@ -22,6 +23,8 @@ held to.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import math
 from typing import Any, Callable
 
@@ -239,6 +242,61 @@ def _tri_sf(x, left, mode, right):
   return 1.0 - _tri_cdf(x, left, mode, right)
 
 
+# Laws whose CDF is a special function: scipy.special's, in float64. jax
+# depends on scipy, so it comes with every jax install; it is imported on
+# first use (0.2 s), not with jaxfp8.
+
+def _special():
+  import scipy.special  # pylint: disable=g-import-not-at-top
+  return scipy.special
+
+
+def _gamma_cdf(x, a):
+  return 0.0 if x <= 0 else float(_special().gammainc(a, x))
+
+
+def _gamma_sf(x, a):
+  return 1.0 if x <= 0 else float(_special().gammaincc(a, x))
+
+
+def _beta_cdf(x, a, b):
+  return 0.0 if x <= 0 else 1.0 if x >= 1 else float(
+      _special().betainc(a, b, x))
+
+
+def _beta_sf(x, a, b):
+  return 1.0 if x <= 0 else 0.0 if x >= 1 else float(
+      _special().betaincc(a, b, x))
+
+
+def _t_cdf(x, df):
+  if x * x >= df:  # the tails: stdtr, an incomplete beta of df / (df + x^2)
+    return float(_special().stdtr(df, x))
+  # The center, where stdtr loses 1e-13 (df = 1): I(1/2, df/2) of 1 - that.
+  half = 0.5 * float(_special().betainc(0.5, df / 2, x * x / (df + x * x)))
+  return 0.5 + half if x > 0 else 0.5 - half
+
+
+def _gn_inner(x, p):
+  """``P(|X| < x) = P(1/p, x^p)`` for x > 0 (``|X|^p ~ Gamma(1/p)``); where
+  ``x^p`` underflows, its limit ``x / Gamma(1 + 1/p)`` (a mass near x)."""
+  log_z = p * math.log(x)
+  if log_z < -700:
+    return math.exp(math.log(x) - float(_special().gammaln(1 + 1 / p)))
+  return float(_special().gammainc(1 / p, math.exp(min(log_z, 690.0))))
+
+
+def _gn_outer(x, p):  # P(|X| > x) = Q(1/p, x^p) for x > 0
+  if p * math.log(x) < -700:
+    return 1.0 - _gn_inner(x, p)
+  return float(_special().gammaincc(1 / p, _power(x, p)))
+
+
+def _gn_cdf(x, p):
+  return 0.5 if x == 0 else 0.5 * _gn_outer(-x, p) if x < 0 else (
+      0.5 + 0.5 * _gn_inner(x, p))
+
+
 def _sym_sf(cdf_fn):
   return lambda x, *a: cdf_fn(-x, *a)
 
@@ -264,10 +322,11 @@ class Distribution:
     infinite: parameters that may be infinite (the others must be finite).
     positive_draws: whether every draw is > 0 (almost surely).
     positive_if: a parameter whose being >= 0 makes every draw > 0.
-    cdf: ``cdf(x, *params)`` for a scalar float64 ``x``; None without a
-      closed form.
+    cdf: ``cdf(x, *params)`` for a scalar float64 ``x``; None without one
+      here (closed forms, or scipy.special's).
     sf: ``sf(x, *params) = 1 - cdf(x, *params)``, accurate in the right tail.
     median: ``median(*params)``; below it the CDF is used, above it the SF.
+    library: the package the CDF needs beyond NumPy (``"scipy"``), or None.
   """
   name: str
   params: tuple[str, ...] = ()
@@ -283,11 +342,19 @@ class Distribution:
   cdf: Callable[..., float] | None = None
   sf: Callable[..., float] | None = None
   median: Callable[..., float] | None = None
+  library: str | None = None
 
   @property
   def has_cdf(self) -> bool:
-    """Whether the law has a closed form (the exact and table methods)."""
-    return self.cdf is not None
+    """Whether the law has a CDF here and its library is installed."""
+    return self.cdf is not None and (self.library is None
+                                     or library_available(self.library))
+
+
+@functools.lru_cache(maxsize=None)
+def library_available(name: str) -> bool:
+  """Whether the package ``name`` can be imported (found, not imported)."""
+  return importlib.util.find_spec(name) is not None
 
 
 D = Distribution
@@ -331,13 +398,25 @@ DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
                ("mode", "right", False)),
       positive_if="left", cdf=_tri_cdf, sf=_tri_sf,
       median=lambda a, m, c: m),
+    # The same, from scipy.special (``library``).
+    D("generalized_normal", ("p",), positive=("p",), cdf=_gn_cdf,
+      sf=_sym_sf(_gn_cdf), median=_zero, library="scipy"),
+    D("gamma", ("a",), positive=("a",), positive_draws=True, cdf=_gamma_cdf,
+      sf=_gamma_sf, median=lambda a: float(_special().gammaincinv(a, 0.5)),
+      library="scipy"),
+    D("beta", ("a", "b"), positive=("a", "b"), positive_draws=True,
+      cdf=_beta_cdf, sf=_beta_sf,
+      median=lambda a, b: float(_special().betaincinv(a, b, 0.5)),
+      library="scipy"),
+    D("chisquare", ("df",), positive=("df",), positive_draws=True,
+      cdf=lambda x, df: _gamma_cdf(x / 2, df / 2),  # chi2(df) = 2 gamma(df/2)
+      sf=lambda x, df: _gamma_sf(x / 2, df / 2),
+      median=lambda df: 2 * float(_special().gammaincinv(df / 2, 0.5)),
+      library="scipy"),
+    D("t", ("df",), positive=("df",), cdf=_t_cdf, sf=_sym_sf(_t_cdf),
+      median=_zero, library="scipy"),
     # Laws without one: jax.random's float32 draw, rounded (cast).
-    D("generalized_normal", ("p",), positive=("p",)),
-    D("gamma", ("a",), positive=("a",), positive_draws=True),
     D("loggamma", ("a",), positive=("a",)),
-    D("beta", ("a", "b"), positive=("a", "b"), positive_draws=True),
-    D("chisquare", ("df",), positive=("df",), positive_draws=True),
-    D("t", ("df",), positive=("df",)),
     D("f", ("dfnum", "dfden"), positive=("dfnum", "dfden"),
       positive_draws=True),
     D("wald", ("mean",), positive=("mean",), positive_draws=True),
@@ -369,22 +448,22 @@ def get(dist: str | Distribution) -> Distribution:
 
 
 def with_cdf(dist: str | Distribution) -> Distribution:
-  """A distribution that has a closed-form CDF, by its jax.random name.
+  """A distribution that has a CDF here, by its jax.random name.
 
   Raises:
     ValueError: for a name without a CDF here (the message lists them).
+    ImportError: for a law whose CDF needs a library that is not installed.
   """
   d = DISTRIBUTIONS.get(dist) if isinstance(dist, str) else dist
+  if d is not None and d.cdf is not None and not d.has_cdf:
+    raise ImportError(f"the CDF of `{d.name}` is {d.library}'s, and "
+                      f"{d.library} is not installed (`pip install "
+                      f"{d.library}`; jax depends on it)")
   if d is None or not d.has_cdf:
     known = ", ".join(n for n, e in DISTRIBUTIONS.items() if e.has_cdf)
     raise ValueError(f"no closed-form CDF for {dist!r}; distributions with "
                      f"one: {known}")
   return d
-
-
-def has_cdf(dist: str) -> bool:
-  """Whether ``dist`` names a distribution with a closed-form CDF here."""
-  return dist in DISTRIBUTIONS and DISTRIBUTIONS[dist].has_cdf
 
 
 # -- parameter domains ---------------------------------------------------------

@@ -9,9 +9,10 @@ jax.random namesake, plus keyword-only options of ours:
 - ``table_bits``: the resolution ``2^-table_bits`` of the ``table`` method
   (default 16).
 
-The first part holds the laws with a closed-form CDF (uniform, normal, ...:
-all three methods), the second those without one (gamma, beta, t, ...:
-``cast`` only). Discrete samplers are in ``discrete``, vectors and matrices
+The first parts hold the laws with a CDF (uniform, normal, ...: closed
+forms; gamma, beta, chisquare, t, generalized_normal: scipy.special's): all
+three methods; the last those without one (loggamma, f, wald: ``cast``
+only). Discrete samplers are in ``discrete``, vectors and matrices
 in ``multivariate``; how a method is chosen is in ``draw``.
 
 A wide ``dtype`` (None, float32, bfloat16, float16, float64, by any name or
@@ -48,7 +49,7 @@ def _sample(fn: str, key, shape, dtype, params: dict[str, Any],
                   table_bits=table_bits, out_sharding=out_sharding)
 
 
-# -- laws with a CDF: exact, table and cast ------------------------------------
+# -- laws with a closed-form CDF: exact, table and cast ------------------------
 
 def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *,
             out_sharding=None, method=None, rounding="nearest",
@@ -273,11 +274,15 @@ def triangular(key, left, mode, right, shape=None, dtype=None, *,
       table_bits=table_bits)
 
 
-# -- laws without a closed-form CDF: cast --------------------------------------
+# -- laws whose CDF is scipy.special's: exact, table and cast ------------------
 
 def generalized_normal(key, p, shape=(), dtype=None, *, out_sharding=None,
-                       method=None, rounding="nearest"):
-  """Generalized normal samples (density ~ exp(-|x|^p)), rounded (cast).
+                       method=None, rounding="nearest", table_bits=None):
+  """Generalized normal samples (density ~ exp(-|x|^p)), rounded.
+
+  ``p`` must be positive (1: Laplace, 2: normal of variance 1/2); the law's
+  CDF is the incomplete gamma function of ``|x|^p``. Like jax.random's,
+  ``shape`` does not broadcast ``p``. Other arguments as :func:`uniform`.
 
   >>> import jax, jaxfp8
   >>> jaxfp8.random.generalized_normal(jax.random.key(0), 1.5, (3,), "e4m3")  # doctest: +SKIP
@@ -288,12 +293,17 @@ def generalized_normal(key, p, shape=(), dtype=None, *, out_sharding=None,
       "generalized_normal", key, shape, dtype, {"p": p},
       lambda k, s, d: jax.random.generalized_normal(
           k, p, s, d, out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits)
 
 
 def gamma(key, a, shape=None, dtype=None, *, out_sharding=None, method=None,
-          rounding="nearest"):
-  """Gamma samples of shape ``a`` (> 0), rounded (cast).
+          rounding="nearest", table_bits=None):
+  """Gamma samples of shape ``a`` (> 0) and scale 1, rounded into ``dtype``.
+
+  ``exact`` and ``table`` (concrete scalar ``a``) sample the law of the real
+  draw rounded, from scipy.special's incomplete gamma function; other
+  arguments as :func:`uniform`.
 
   >>> import jax, jaxfp8
   >>> jaxfp8.random.gamma(jax.random.key(0), 2.0, (3,), "e4m3")  # doctest: +SKIP
@@ -302,8 +312,68 @@ def gamma(key, a, shape=None, dtype=None, *, out_sharding=None, method=None,
   return _sample(
       "gamma", key, shape, dtype, {"a": a},
       lambda k, s, d: jax.random.gamma(k, a, s, d, out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits)
 
+
+def beta(key, a, b, shape=None, dtype=None, *, out_sharding=None, method=None,
+         rounding="nearest", table_bits=None):
+  """Beta samples of parameters ``a``, ``b`` (> 0), rounded into ``dtype``.
+
+  The law's CDF is scipy.special's regularized incomplete beta function;
+  other arguments as :func:`uniform`.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.beta(jax.random.key(0), 2.0, 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([0.34375, 0.5, 0.15625], dtype=float8_e4m3fn)
+  """
+  return _sample(
+      "beta", key, shape, dtype, {"a": a, "b": b},
+      lambda k, s, d: jax.random.beta(k, a, b, s, d,
+                                      out_sharding=out_sharding),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits)
+
+
+def chisquare(key, df, shape=None, dtype=None, *, out_sharding=None,
+              method=None, rounding="nearest", table_bits=None):
+  """Chi-square samples with ``df`` (> 0) degrees of freedom, rounded.
+
+  The law is twice a gamma of shape ``df / 2``; other arguments as
+  :func:`uniform`.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.chisquare(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([2.5, 0.75, 4], dtype=float8_e4m3fn)
+  """
+  return _sample(
+      "chisquare", key, shape, dtype, {"df": df},
+      lambda k, s, d: jax.random.chisquare(k, df, s, d,
+                                           out_sharding=out_sharding),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits)
+
+
+def t(key, df, shape=None, dtype=None, *, out_sharding=None, method=None,
+      rounding="nearest", table_bits=None):
+  """Student's t samples with ``df`` (> 0) degrees of freedom, rounded.
+
+  The law's CDF is scipy.special's (``stdtr`` in the tails, the incomplete
+  beta function near zero); ``df = 1`` is the Cauchy law. Other arguments as
+  :func:`uniform`.
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.t(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
+  Array([-0.5, 1.25, 0.1875], dtype=float8_e4m3fn)
+  """
+  return _sample(
+      "t", key, shape, dtype, {"df": df},
+      lambda k, s, d: jax.random.t(k, df, s, d, out_sharding=out_sharding),
+      out_sharding=out_sharding, method=method, rounding=rounding,
+      table_bits=table_bits)
+
+
+# -- laws without a CDF here: cast ---------------------------------------------
 
 def loggamma(key, a, shape=None, dtype=None, *, out_sharding=None,
              method=None, rounding="nearest"):
@@ -317,50 +387,6 @@ def loggamma(key, a, shape=None, dtype=None, *, out_sharding=None,
       "loggamma", key, shape, dtype, {"a": a},
       lambda k, s, d: jax.random.loggamma(k, a, s, d,
                                           out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
-
-
-def beta(key, a, b, shape=None, dtype=None, *, out_sharding=None, method=None,
-         rounding="nearest"):
-  """Beta samples of parameters ``a``, ``b`` (> 0), rounded (cast).
-
-  >>> import jax, jaxfp8
-  >>> jaxfp8.random.beta(jax.random.key(0), 2.0, 3.0, (3,), "e4m3")  # doctest: +SKIP
-  Array([0.34375, 0.5, 0.15625], dtype=float8_e4m3fn)
-  """
-  return _sample(
-      "beta", key, shape, dtype, {"a": a, "b": b},
-      lambda k, s, d: jax.random.beta(k, a, b, s, d,
-                                      out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
-
-
-def chisquare(key, df, shape=None, dtype=None, *, out_sharding=None,
-              method=None, rounding="nearest"):
-  """Chi-square samples with ``df`` (> 0) degrees of freedom (cast).
-
-  >>> import jax, jaxfp8
-  >>> jaxfp8.random.chisquare(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
-  Array([2.5, 0.75, 4], dtype=float8_e4m3fn)
-  """
-  return _sample(
-      "chisquare", key, shape, dtype, {"df": df},
-      lambda k, s, d: jax.random.chisquare(k, df, s, d,
-                                           out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
-
-
-def t(key, df, shape=None, dtype=None, *, out_sharding=None, method=None,
-      rounding="nearest"):
-  """Student's t samples with ``df`` (> 0) degrees of freedom (cast).
-
-  >>> import jax, jaxfp8
-  >>> jaxfp8.random.t(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
-  Array([-0.5, 1.25, 0.1875], dtype=float8_e4m3fn)
-  """
-  return _sample(
-      "t", key, shape, dtype, {"df": df},
-      lambda k, s, d: jax.random.t(k, df, s, d, out_sharding=out_sharding),
       out_sharding=out_sharding, method=method, rounding=rounding)
 
 

@@ -7,11 +7,13 @@ checks the parameters against the distribution table
 (:func:`choose_method`) and runs it (``exact_method``, ``table_method`` or
 ``cast_method``).
 
-``exact`` and ``table`` serve the distributions with a closed-form CDF when
-every numeric parameter is a concrete scalar. Traced or per-element
-parameters, and samplers without a CDF (gamma, beta, ...), use ``cast`` when
-the method is the default, and raise ``NotImplementedError`` when
-``exact``/``table`` was asked for explicitly.
+``exact`` and ``table`` serve the distributions with a CDF in the table
+(closed forms, and scipy.special's for gamma, beta, chisquare, t and
+generalized_normal) when every numeric parameter is a concrete scalar: their
+tables are built on the host from those numbers. Traced or per-element
+parameters, and samplers without a CDF (loggamma, f, wald, ...), use
+``cast`` when the method is the default, and raise ``NotImplementedError``
+when ``exact``/``table`` was asked for explicitly.
 """
 from __future__ import annotations
 
@@ -82,6 +84,8 @@ def choose_method(method: str | None, rounding: str,
     ValueError: for an unknown ``method`` or ``rounding``, or a rounding the
       asked method doesn't have.
     NotImplementedError: ``exact``/``table`` asked for where it can't run.
+    ImportError: ``exact``/``table`` asked for a law whose CDF needs a
+      library that is not installed (scipy); the default is then ``cast``.
   """
   if method is not None:
     validate.check_choice(method, config.METHODS, "method", fn)
@@ -95,7 +99,13 @@ def choose_method(method: str | None, rounding: str,
                        f"method='cast', got method={method!r}")
     return "cast"
   why = None
-  if not distributions.has_cdf(fn):
+  d = distributions.get(fn)
+  if method is not None and d.cdf is not None and not d.has_cdf:
+    raise ImportError(f"method={method!r} of `{fn}` needs {d.library} (the "
+                      f"law's CDF is {d.library}'s), which is not installed: "
+                      f"`pip install {d.library}` (jax depends on it), or use "
+                      "method='cast'")
+  if not d.has_cdf:
     why = f"`{fn}` has no closed-form CDF"
   elif not fmt.signed:
     why = f"{fmt.name} is unsigned"
