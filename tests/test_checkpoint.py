@@ -164,7 +164,9 @@ _SHARDED = textwrap.dedent(r"""
 
 
 def test_sharded_round_trip_keeps_shards(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  env = dict(os.environ,
+             XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", _SHARDED, str(tmp_path / "ck")],
                         env=env, capture_output=True, text=True, timeout=300)

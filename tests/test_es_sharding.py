@@ -101,7 +101,8 @@ _CHILD = textwrap.dedent(r"""
 @pytest.fixture(scope="module")
 def results():
   env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+             XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=4")
   proc = subprocess.run([sys.executable, "-c", _CHILD], env=env,
                         capture_output=True, text=True, timeout=300)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]

@@ -59,7 +59,8 @@ _CHILD = textwrap.dedent(r"""
 
 def test_sharded_equals_unsharded():
   env = {**os.environ,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+         "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
+                       + " --xla_force_host_platform_device_count=4"),
          "JAX_PLATFORMS": "cpu"}
   res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True,
                        text=True, timeout=600, env=env, check=False)

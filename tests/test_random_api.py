@@ -293,7 +293,8 @@ def test_out_sharding_single_device():
 def test_out_sharding_same_samples_on_four_devices():
   code = textwrap.dedent("""
       import os
-      os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+      os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                              + " --xla_force_host_platform_device_count=4")
       import jax, numpy as np, jaxfp8
       mesh = jax.make_mesh((4,), ("x",))
       s = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))

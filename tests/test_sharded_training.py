@@ -26,7 +26,8 @@ import pytest
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _EXAMPLE = _ROOT / "examples" / "mlp_fp8.py"
 _ENV = dict(os.environ, JAX_PLATFORMS="cpu",
-            XLA_FLAGS="--xla_force_host_platform_device_count=4")
+            XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+            + " --xla_force_host_platform_device_count=4")
 
 _CHILD = textwrap.dedent(r"""
     import json
