@@ -281,3 +281,114 @@ def test_whole_tensors_across_the_float32_range(fmt, log2_scale, mode):
   x[2] *= 2.0**-20
   x = x.astype(np.float32)
   check_against_reference(x, fmt, mode)
+
+
+def _corner_magnitudes(fmt: mx.MXFormat):
+  """Grid values, the midpoints between them (rounding ties) and their
+  float32 neighbours, above max and below half the smallest subnormal."""
+  grid, _ = _element_grid(fmt)
+  mids = (grid[:-1] + grid[1:]) / 2
+  vals = np.concatenate([grid, mids, [fmt.max * 1.0625, fmt.max * 1.96875,
+                                      grid[1] / 4, grid[1] / 2**20]])
+  v32 = vals.astype(np.float32)
+  return np.concatenate([v32, np.nextafter(v32, np.float32(0)),
+                         np.nextafter(v32, np.float32(np.inf))])
+
+
+@pytest.mark.parametrize("mode", SCALE_MODES)
+@pytest.mark.parametrize("fmt", POW2_FORMATS)
+def test_corners_at_the_fast_path_boundary(fmt, mode):
+  """Ties, saturation, values below the element grid and float32 subnormals,
+  in blocks with k at the smallest exponent the fast path takes, one below
+  (the exact path) and ordinary ones; plus zero and NaN blocks alongside."""
+  f = mx.get_format(fmt)
+  elem = f.element
+  k_min = -125 + elem.mantissa_bits - elem.min_exponent
+  mags = _corner_magnitudes(f)
+  for k in (k_min, k_min - 1, k_min + 3, -5, 40):
+    per = f.block_size - 1
+    n = -(-mags.size // per)
+    body = np.resize(mags, n * per).reshape(n, per).astype(np.float64)
+    body *= np.where(np.arange(per) % 2, -1.0, 1.0) * 2.0**k
+    lead = np.full((n, 1), f.max * 2.0**k)  # amax: the block's scale is 2^k
+    x = np.concatenate([lead, body], axis=1)
+    with np.errstate(over="ignore"):
+      x = x.astype(np.float32)
+    x = x[np.isfinite(x).all(axis=1)]
+    # float32 subnormals (the largest too) in a block of scale 2^k
+    sub = np.array([3, 2**22, 2**22 + 1, 3 * 2**21, 2**23 - 1], np.uint32)
+    tiny = np.resize(sub.view(np.float32), (1, f.block_size))
+    tiny[0, 1::2] *= -1
+    tiny[0, 0] = x[0, 0]
+    extra = np.zeros((3, f.block_size), np.float32)
+    extra[0, 1::2] = -0.0
+    extra[1], extra[1, 7] = x[0], np.nan
+    extra[2], extra[2, 0] = x[0], -np.inf
+    check_against_reference(np.concatenate([x, tiny, extra]), fmt, mode)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_dequantize_every_code_at_every_scale(fmt):
+  """Storage that quantize never writes: every element code (fp8 NaN and Inf
+  too) under scales that put products among float32's subnormals and beyond
+  its range."""
+  f = mx.get_format(fmt)
+  bs = f.block_size
+  if fmt == "mxint8":
+    codes = np.arange(-128, 128).astype(np.int8).view(np.uint8)
+    values = np.arange(-128, 128) / 64.0
+  elif f.bits == 8:  # NaN and Inf codes too
+    codes = np.arange(256).astype(np.uint8)
+    values = codes.view(f.element.dtype).astype(np.float64)
+  else:
+    codes, values = f.element.codes.astype(np.uint8), f.element.values
+  reps = -(-codes.size // bs) * bs
+  codes, values = np.resize(codes, reps), np.resize(values, reps)
+  if fmt == "nvfp4":
+    scale_codes = np.array([0x01, 0x08, 0x30, 0x7E, 0xFE, 0x7F], np.uint8)
+    scale_values = scale_codes.view(f.scale.dtype).astype(np.float64)
+    tensor_scales = [2.0**-126, 2.0**-3, 2.0**100, 2.0**127]
+  else:
+    scale_codes = np.array([0, 1, 5, 22, 100, 127, 200, 250, 254, 255],
+                           np.uint8)
+    scale_values = np.where(scale_codes == 255, np.nan,
+                            2.0**(scale_codes.astype(np.float64) - 127))
+    tensor_scales = [None]
+  n_blocks = reps // bs
+  data_codes = np.tile(codes.reshape(n_blocks, bs), (scale_codes.size, 1))
+  want = np.repeat(scale_values, n_blocks)[:, None] * np.tile(
+      values.reshape(n_blocks, bs), (scale_codes.size, 1))
+  scales = np.repeat(scale_codes, n_blocks)[:, None]
+  if f.bits == 8 and fmt != "mxint8":
+    data = jnp.asarray(data_codes).view(f.element.dtype)
+  elif f.bits == 8:
+    data = jnp.asarray(data_codes.view(np.int8))
+  else:
+    from jaxfp8._src import mx_pack  # pylint: disable=g-import-not-at-top
+    data = mx_pack.pack(jnp.asarray(data_codes), f.bits)
+  for ts in tensor_scales:
+    a = mx.MXArray(data, jnp.asarray(scales), fmt, axis=-1, length=bs,
+                   block_size=bs,
+                   tensor_scale=None if ts is None else jnp.float32(ts))
+    expect = want if ts is None else want * ts
+    assert_same_bits(jax.jit(mx.dequantize)(a), _to_float32(expect))
+
+
+@pytest.mark.parametrize("mode", SCALE_MODES)
+def test_nvfp4_corners_at_the_fast_path_boundary(mode):
+  """As above for nvfp4, whose fast path depends on the tensor scale 2^j:
+  j = -115 takes it, -116 doesn't; float32 subnormals sit in both."""
+  f = mx.get_format("nvfp4")
+  mags = _corner_magnitudes(f).astype(np.float64)
+  sub = np.array([3, 2**22, 2**22 + 1, 3 * 2**21, 2**23 - 1], np.uint32)
+  for j in (-116, -115, -112, -9, 100):
+    rows = [np.resize(mags, 15) * 2.0**(j + e) for e in (0, 2, 5, 7, -7)]
+    rows = [np.concatenate([[2.0**(11 + j)], r]) for r in rows]
+    x = np.stack(rows) * np.where(np.arange(16) % 3, 1.0, -1.0)
+    tiny = np.resize(sub.view(np.float32), (1, 16)).astype(np.float64)
+    tiny[0, 0] = 2.0**(11 + j)
+    alone = np.resize(sub.view(np.float32), (1, 16))[:, ::-1]  # own scale
+    x = np.concatenate([x, tiny, alone, np.zeros((1, 16))]).astype(np.float32)
+    x[-1, 3] = np.nan
+    assert float(mx.quantize(x, "nvfp4").tensor_scale) == 2.0**j
+    check_against_reference(x, "nvfp4", mode)

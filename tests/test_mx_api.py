@@ -149,6 +149,24 @@ def test_dequantize_other_dtypes():
   np.testing.assert_array_equal(out, a.dequantize().astype(jnp.bfloat16))
 
 
+@pytest.mark.parametrize("dtype", ["float4_e2m1fn", "float6_e2m3fn",
+                                   "float6_e3m2fn"])
+def test_dequantize_to_formats_without_inf_saturates(dtype):
+  """Values beyond the format's max saturate (XLA's float6 convert, where
+  the installed JAX holds float6, gives 0 there); the rest round to nearest
+  even."""
+  if not jaxfp8.formats.get(dtype).native:
+    pytest.skip(f"the installed JAX can't hold {dtype}")
+  fmt = jaxfp8.formats.get(dtype)
+  x = np.zeros(32, np.float32)
+  x[:6] = [fmt.max * 4, -fmt.max * 2, fmt.max, 0.3, -1.1, 1e-3]
+  a = mx.quantize(x, "mxfp8_e4m3")
+  got = np.asarray(mx.dequantize(a, dtype)).astype(np.float32)
+  want = np.asarray(jaxfp8.cast(a.dequantize(), dtype)).astype(np.float32)
+  np.testing.assert_array_equal(got, want)
+  assert got[0] == fmt.max and got[1] == -fmt.max
+
+
 # -- stochastic rounding -------------------------------------------------------
 
 @pytest.mark.parametrize("fmt", MX_FORMATS)
@@ -361,13 +379,16 @@ def test_dequantize_dtype_errors():
   a = mx.quantize(jnp.arange(32.0), "mxfp6_e2m3")
   # Whether XLA holds float6 arrays depends on the installed JAX (0.10.2's
   # CPU backend doesn't, 0.11.2's does): refused by name, or the float32
-  # values converted by XLA (exact where float6 holds them).
+  # values rounded as jaxfp8.cast rounds them (exact where float6 holds
+  # them, saturating beyond; XLA's own convert would give 0 there).
   f6 = np.dtype(ml_dtypes.float6_e2m3fn)
   if compat.backend_holds(f6):
     out = a.dequantize("float6_e2m3fn")
     wide = a.dequantize()
     assert out.dtype == f6
-    assert_same_bits(out, wide.astype(f6))
+    assert_same_bits(np.asarray(out).astype(np.float32),
+                     np.asarray(jaxfp8.cast(wide, f6)).astype(np.float32))
+    assert float(np.asarray(out).astype(np.float32).max()) == 7.5
     fits = np.abs(np.asarray(wide)) <= float(ml_dtypes.finfo(f6).max)
     np.testing.assert_array_equal(np.asarray(out, np.float32)[fits],
                                   np.asarray(wide)[fits])

@@ -358,8 +358,9 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
     dtype: a floating dtype or format name the installed JAX holds, read
       as :func:`jaxfp8._src.formats.get_dtype` reads it, so every registry
       alias works (``"bf16"``, ``"f16"``, ``"e4m3"``): float32 by default or
-      for None; float64 where x64 is on; bfloat16, float16, float8 and
-      float4 types, rounded from float32 by XLA's conversion.
+      for None; float64 where x64 is on; bfloat16, float16 and float8
+      types, rounded from float32 by XLA's conversion; float4 (and float6
+      where the installed JAX holds it) to nearest even, saturating.
 
   Returns:
     A ``jax.Array`` of ``a.shape`` and ``dtype``.
@@ -397,7 +398,15 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
           "(jit, vmap, grad) that has finished, so its straight-through "
           "gradient source is gone; dequantize it inside the same "
           "transformation, or use mx.fake_quantize") from e
-  return out if dtype == np.float32 else out.astype(dtype)
+  if dtype == np.float32:
+    return out
+  if formats.is_narrow(dtype):
+    fmt = formats.get(dtype)
+    if not (fmt.has_inf or fmt.has_nan):
+      # float4/float6: saturate, as XLA's float4 convert does; its float6
+      # convert (where the installed JAX holds float6) gives 0 beyond max.
+      return rounding_lib.round_to(out, fmt)
+  return out.astype(dtype)
 
 
 def no_gradient(a: MXArray) -> MXArray:

@@ -33,9 +33,9 @@ def packed_length(n: int, bits: int) -> int:
 
 
 # Groups are combined through integer bitcasts (``lax.bitcast_convert_type``
-# between uint8 and a wider word is little-endian: byte 0 is the low byte):
-# XLA fuses them with the code computation into one vectorized loop, where
-# strided slices of the codes would make it recompute them scalar by scalar.
+# between uint8 and a wider word is little-endian: byte 0 is the low byte),
+# which XLA on CPU turns into vectorized loops where strided slices of the
+# codes run scalar by scalar; see `pack_groups` for what not to fuse.
 
 
 def merge_last(x: jax.Array) -> jax.Array:
@@ -45,18 +45,37 @@ def merge_last(x: jax.Array) -> jax.Array:
 
 def pack(codes: jax.Array, bits: int) -> jax.Array:
   """Packs uint8 codes (low ``bits`` bits used) along the last axis."""
+  return pack_bytes(pack_groups(codes, bits), bits)
+
+
+def pack_groups(codes: jax.Array, bits: int) -> jax.Array:
+  """The first step of :func:`pack`: 6-bit codes as one word per group.
+
+  Each group of four 6-bit codes becomes the uint32 word
+  ``c0 | c1 << 6 | c2 << 12 | c3 << 18``; other widths come back as uint8
+  codes. :func:`pack_bytes` finishes. Two steps because XLA on CPU vectorizes
+  each of them in a loop of its own, and neither once fused with the other
+  (nor the 4-bit packing with the code arithmetic before it): callers that
+  compute codes put a ``lax.cond`` or another boundary between the steps.
+  """
   codes = codes.astype(_U8)
-  if bits == 8:
+  if bits != 6:
     return codes
-  per, _ = GROUPS[bits]
-  g = codes.reshape(*codes.shape[:-1], codes.shape[-1] // per, per)
+  g = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 4, 4)
+  w = lax.bitcast_convert_type(g, jnp.uint32)  # c0 | c1 << 8 | c2 << 16 | ...
+  return ((w & 0x3F) | ((w >> 2) & 0xFC0) | ((w >> 4) & 0x3F000)
+          | ((w >> 6) & 0xFC0000))
+
+
+def pack_bytes(groups: jax.Array, bits: int) -> jax.Array:
+  """The second step of :func:`pack`: bytes from :func:`pack_groups`' result."""
+  if bits == 8:
+    return groups
   if bits == 4:
+    g = groups.reshape(*groups.shape[:-1], groups.shape[-1] // 2, 2)
     w = lax.bitcast_convert_type(g, jnp.uint16)  # c0 | c1 << 8
     return ((w & 0xF) | ((w >> 4) & 0xF0)).astype(_U8)
-  w = lax.bitcast_convert_type(g, jnp.uint32)  # c0 | c1 << 8 | c2 << 16 | ...
-  v = ((w & 0x3F) | ((w >> 2) & 0xFC0) | ((w >> 4) & 0x3F000)
-       | ((w >> 6) & 0xFC0000))
-  out = lax.bitcast_convert_type(v, _U8)[..., :3]
+  out = lax.bitcast_convert_type(groups, _U8)[..., :3]
   return merge_last(out)
 
 
