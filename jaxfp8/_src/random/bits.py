@@ -6,10 +6,20 @@ drawing ``n/4`` uint32 words and viewing them as bytes (``n/2`` words for
 the cost. :func:`packed` generalizes this to any width: ``32 // width``
 draws per word (three 10-bit draws, five 6-bit draws...), the unused high
 bits of each word dropped.
+
+:func:`stream_words` is the cheap source the DDG tree sampler reads: for
+threefry keys it applies the Threefry-2x32 hash to counters ``0 .. n - 1``
+(two counters per hash, both output words kept), as ``jax.random.bits`` did
+before JAX made its stream partitionable; JAX's partitionable stream now
+hashes two counters per word and XORs the outputs, half the words per hash.
+Measured on the 2-core CPU: 2^20 words in 2.8-4 ms against 8-13 ms for
+``jax.random.bits`` (same run). Other key implementations (rbg, unsafe_rbg)
+use ``jax.random.bits``.
 """
 from __future__ import annotations
 
 import jax
+import jax.extend.random as jex_random
 import jax.numpy as jnp
 from jax import lax
 
@@ -56,3 +66,40 @@ def packed(key, n: int, width: int) -> jax.Array:
   shifts = jnp.arange(per, dtype=jnp.uint32) * width
   u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
   return u.reshape(-1)[:n].astype(jnp.int32)
+
+
+# XLA CPU runs the hash measurably slower (4-15x) on arrays whose length has
+# no large power-of-two factor; counts from 4096 words up are rounded up to a
+# multiple of 2048 (1024 hashes), which wastes < 2048 words per call.
+_STREAM_UNIT = 2048
+
+
+def stream_count(n: int) -> int:
+  """The word count :func:`stream_words` draws for ``n`` words (>= ``n``).
+
+  >>> stream_count(5), stream_count(1 << 20), stream_count((1 << 20) + 1)
+  (6, 1048576, 1050624)
+  """
+  if n < 2 * _STREAM_UNIT:
+    return n + (n & 1)
+  return -(-n // _STREAM_UNIT) * _STREAM_UNIT
+
+
+def stream_words(key, n: int) -> jax.Array:
+  """``n`` independent uniform uint32 words (``n`` from :func:`stream_count`).
+
+  Threefry keys (typed, or raw uint32 keys of the default implementation
+  when it is threefry) hash counter pairs ``(c, c + n/2)``, ``c < n/2``, and
+  keep both output words; other implementations take ``jax.random.bits``.
+  The words differ from ``jax.random.bits(key, (n,), uint32)``'s.
+  """
+  if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    key = jax.random.wrap_key_data(key)
+  if str(jax.random.key_impl(key)) != "threefry2x32":
+    return words(key, n)
+  data = jax.random.key_data(key)
+  half = n // 2
+  c = lax.iota(jnp.uint32, half)
+  lo, hi = jex_random.threefry2x32_p.bind(data[0], data[1], c,
+                                          c + jnp.uint32(half))
+  return jnp.concatenate([lo, hi])
