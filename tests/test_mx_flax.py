@@ -33,12 +33,10 @@ def _data():
   return x, y
 
 
-def test_linen_step_rules_choose_the_mx_gemms():
-  model, (x, y) = MLP(), _data()
-  params = model.init(jax.random.key(2), x)
+def _linen_train_step(model, rules, x, y):
+  """(opt, step): one jitted Adam step of a linen model under linen_mx(rules);
+  step(params, state) -> (params, state, loss, grads)."""
   opt = optax.adam(1e-2)
-  state = opt.init(params)
-  rules = [("head", None), ("mid", "mxfp8_hp_wgrad"), (".*", "mxfp8")]
 
   @jax.jit
   def step(params, state):
@@ -47,10 +45,19 @@ def test_linen_step_rules_choose_the_mx_gemms():
         return jnp.mean((model.apply(p, x) - y) ** 2)
     l, g = jax.value_and_grad(loss)(params)
     u, state = opt.update(g, state)
-    return optax.apply_updates(params, u), state, l
+    return optax.apply_updates(params, u), state, l, g
 
+  return opt, step
+
+
+def test_linen_step_rules_choose_the_mx_gemms():
+  model, (x, y) = MLP(), _data()
+  params = model.init(jax.random.key(2), x)
+  rules = [("head", None), ("mid", "mxfp8_hp_wgrad"), (".*", "mxfp8")]
+  opt, step = _linen_train_step(model, rules, x, y)
+  state = opt.init(params)
   with mx_train.trace_gemms() as log:
-    params2, _, l0 = step(params, state)
+    params2, _, l0, _ = step(params, state)
   ran = {(gemm, fmt, lhs, rhs) for gemm, fmt, lhs, rhs in log}
   assert ran == {
       ("fwd", "mxfp8_e4m3", (16, 32), (32, 64)),
@@ -60,7 +67,7 @@ def test_linen_step_rules_choose_the_mx_gemms():
       ("dgrad", "mxfp8_e4m3", (16, 64), (64, 64)),
       ("wgrad", None, (16, 64), (16, 64)),
   }  # the head is a plain lax.dot_general: no entry
-  _, _, l1 = step(params2, state)
+  _, _, l1, _ = step(params2, state)
   assert np.isfinite(l0) and l1 < l0
   grads = jax.grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
   assert all(np.any(g != 0) for g in jax.tree_util.tree_leaves(grads))
@@ -126,18 +133,9 @@ class EinsumNet(nn.Module):
 def test_linen_einsum_step_through_the_conversion():
   model, (x, y) = EinsumNet(), _data()
   params = model.init(jax.random.key(2), x)
-  rules = [("head", None), ("mix", "mxfp8")]
-  opt = optax.adam(1e-2)
+  opt, step = _linen_train_step(model, [("head", None), ("mix", "mxfp8")],
+                                 x, y)
   state = opt.init(params)
-
-  @jax.jit
-  def step(params, state):
-    def loss(p):
-      with mx.linen_mx(rules):
-        return jnp.mean((model.apply(p, x) - y) ** 2)
-    l, g = jax.value_and_grad(loss)(params)
-    u, state = opt.update(g, state)
-    return optax.apply_updates(params, u), state, l, g
 
   with mx_train.trace_gemms() as log:
     params2, _, l0, g = step(params, state)
