@@ -127,7 +127,7 @@ def test_few_bits_where_the_law_allows():
   assert exact.plan("uniform", "float8_e4m3fn", ()).width == 10
   assert 32 / 3 <= exact.bits_per_sample("uniform", e4m3, {}) < 32 / 3 + 0.01
   assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
-  assert exact.bits_per_sample("normal", e4m3, {}) <= 10
+  assert exact.bits_per_sample("normal", e4m3, {}) <= 10.05
   # e5m2's U[0,1) has an atom of 2^-17 at zero: a DDG tree, 2% of draws
   # past the first byte.
   p = exact.plan("uniform", "float8_e5m2", ())
