@@ -237,9 +237,12 @@ def from_codes(codes: jax.Array, fmt: formats.FormatLike) -> Any:
     return CodeArray(codes, fmt)
   if fmt.bits == 8:
     return lax.bitcast_convert_type(codes.astype(jnp.uint8), fmt.dtype)
-  # XLA on CPU can't bitcast uint8 to float4 (it splits the byte): gather.
-  table = jnp.asarray(fmt.code_table.astype(fmt.dtype))
-  return table[codes.astype(jnp.int32) & _mask(fmt)]
+  # XLA on CPU can't bitcast uint8 to float4 (it splits the byte): gather
+  # the values in float32 and convert, exactly (each is in the format). The
+  # table stays float32 because a float6 constant under jit aborts the
+  # process on JAX 0.11.2 too, where float6 is a native dtype.
+  table = jnp.asarray(fmt.code_table.astype(np.float32))
+  return table[codes.astype(jnp.int32) & _mask(fmt)].astype(fmt.dtype)
 
 
 # A narrow result's tangent must itself be narrow (JAX's rule), so a gradient

@@ -1,7 +1,8 @@
 """Guards JAX's constant lowering against formats the backend can't hold.
 
-On JAX 0.10 a float6 NumPy constant that reaches ``jit`` lowering aborts the
-whole process with an XLA check failure. ``import jaxfp8`` calls
+A float6 NumPy constant that reaches ``jit`` lowering aborts the whole
+process with an XLA check failure: on JAX 0.10, which has no float6 type,
+and on 0.11.2, which has one but can't lower its constants. ``import jaxfp8`` calls
 :func:`guard_constants`: the NumPy constant handlers first check the dtype;
 formats the backend holds lower unchanged, others raise a ``TypeError``
 naming the format and pointing to ``jaxfp8.encode``.
@@ -20,7 +21,9 @@ def _unlowerable(dtype) -> formats.Format | None:
     fmt = formats.get(dtype)
   except (TypeError, ValueError):
     return None
-  return None if fmt.native else fmt
+  # JAX 0.11.2 holds float6 arrays, but lowering a float6 constant still
+  # aborts (XLA: "Check failed ... (0 vs. 64)" in array.h), as on 0.10.
+  return None if fmt.native and fmt.bits != 6 else fmt
 
 
 def _guarded(original):
@@ -29,8 +32,8 @@ def _guarded(original):
     if fmt is not None:
       raise TypeError(
           f"A NumPy constant of dtype {fmt.name} reached jit, but the installed "
-          f"JAX/XLA backend has no {fmt.name} type (lowering it would abort "
-          f"the process). Store it as codes with jaxfp8.encode(x, "
+          f"JAX/XLA backend can't lower {fmt.name} constants (lowering it "
+          f"would abort the process). Store it as codes with jaxfp8.encode(x, "
           f"'{fmt.name}') and read it with jaxfp8.decode, or cast it to a "
           f"wider dtype first.")
     return original(val, aval)
