@@ -22,6 +22,8 @@ from jaxfp8._src.random import ddg
 from jaxfp8._src.random import exact_method as exact
 from jaxfp8._src.random import table_method
 from stats import chi_square
+from stats import scipy_law
+from stats import tree_law
 
 FORMATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float4_e2m1fn",
            "float6_e2m3fn", "float6_e3m2fn", "float8_e3m4")
@@ -53,17 +55,6 @@ LAWS = [
 
 def law_id(case):
   return case[0] + "".join(f"-{v:g}" for v in case[1].values())
-
-
-def scipy_law(dist, fmt):
-  m = laws.boundaries(fmt)
-  with np.errstate(over="ignore"):
-    lo = np.concatenate([[0.0], dist.cdf(m)])
-    hi = np.concatenate([dist.sf(m), [0.0]])
-  # Differences of the CDF on the left, of the SF on the right.
-  left = np.diff(np.concatenate([lo, [1.0]]))
-  right = -np.diff(np.concatenate([[1.0], hi]))
-  return np.where(np.concatenate([m, [np.inf]]) <= dist.median(), left, right)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -177,20 +168,6 @@ def test_packed_bits_are_uniform_and_independent(width):
     assert abs(bit.mean() - 0.5) < 5 * 0.5 / np.sqrt(n)
     c = np.corrcoef(bit[:-1], bit[1:])[0, 1]
     assert abs(c) < 5 / np.sqrt(n)
-
-
-def tree_law(plan, fmt) -> np.ndarray:
-  """The law a DDG tree plan samples, read back from its levels (2^32 units)."""
-  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
-  q = np.zeros(len(formats.get(fmt).values), np.int64)
-  if plan.kind == "pure":
-    for c in plan.main:
-      q[index[int(c)]] += 1 << (32 - plan.width)
-    return q
-  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
-    for c in plan.main[start:start + pure]:  # pure entries of level k
-      q[index[int(c)]] += 1 << (32 - 8 * k)
-  return q
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -22,6 +22,7 @@ from jaxfp8._src.random import ddg
 from jaxfp8._src.random import exact_method
 from jaxfp8._src.random import table_method
 from stats import chi_square
+from stats import tree_law
 
 R = jaxfp8.random
 FORMATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float4_e2m1fn",
@@ -122,20 +123,6 @@ def test_bits_near_the_entropy():
     assert exact_method.plan("normal", fmt, ()).kind == "ddg"
     assert exact_method.bits_per_sample("normal", f, {}) <= most
     assert table_method.bits_per_sample("normal", f, {}) <= most
-
-
-def tree_law(plan, fmt) -> np.ndarray:
-  """The law a plan samples, read back from its tables (2^32 units)."""
-  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
-  q = np.zeros(len(formats.get(fmt).values), np.int64)
-  if plan.kind == "pure":
-    for c in plan.main:
-      q[index[int(c)]] += 1 << (32 - plan.width)
-    return q
-  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
-    for c in plan.main[start:start + pure]:  # pure entries of level k
-      q[index[int(c)]] += 1 << (32 - 8 * k)
-  return q
 
 
 LAWS = [("normal", {}), ("uniform", {}), ("uniform", {"minval": 0.0,

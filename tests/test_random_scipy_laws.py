@@ -34,6 +34,7 @@ from jaxfp8._src import laws
 from jaxfp8._src.random import draw as draw_lib
 from jaxfp8._src.random import table_method
 from stats import chi_square
+from stats import scipy_law
 
 R = jaxfp8.random
 FORMATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float4_e2m1fn",
@@ -103,17 +104,6 @@ def assert_law(counts, probs):
   tv = laws.total_variation(counts / counts.sum(), probs)
   assert p > 1e-4, f"chi-square {stat:.1f} on {dof} dof, p={p:.2e}, TV={tv:.4f}"
   assert tv < 0.01, f"TV {tv:.4f}"
-
-
-def scipy_law(dist, fmt):
-  """The rounded law from scipy.stats: CDF differences below the median, SF
-  differences above it."""
-  m = laws.boundaries(fmt)
-  lo = np.concatenate([[0.0], dist.cdf(m)])
-  hi = np.concatenate([dist.sf(m), [0.0]])
-  left = np.diff(np.concatenate([lo, [1.0]]))
-  right = -np.diff(np.concatenate([[1.0], hi]))
-  return np.where(np.concatenate([m, [np.inf]]) <= dist.median(), left, right)
 
 
 @pytest.mark.parametrize("fmt", FORMATS + ("float8_e3m4", "float6_e3m2fn"))
