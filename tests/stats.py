@@ -1,6 +1,5 @@
 """Statistics and reference laws the tests judge samples with (the library has
-no use for them): chi-square, the scipy.stats law rounded to a format, and the
-law a sampling plan draws, read back from its tables.
+no use for them): chi-square and the scipy.stats law rounded to a format.
 
 The distance between laws, :func:`jaxfp8._src.laws.total_variation`, is the
 library's (the report uses it); tests import it from there.
@@ -12,7 +11,6 @@ import math
 import numpy as np
 from scipy import stats
 
-from jaxfp8 import formats
 from jaxfp8._src import laws
 
 
@@ -66,17 +64,3 @@ def scipy_law(dist, fmt) -> np.ndarray:
   left = np.diff(np.concatenate([lo, [1.0]]))
   right = -np.diff(np.concatenate([[1.0], hi]))
   return np.where(np.concatenate([m, [np.inf]]) <= dist.median(), left, right)
-
-
-def tree_law(plan, fmt) -> np.ndarray:
-  """The law a sampling plan draws, read back from its tables (2^32 units)."""
-  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
-  q = np.zeros(len(formats.get(fmt).values), np.int64)
-  if plan.kind == "pure":
-    for c in plan.main:
-      q[index[int(c)]] += 1 << (32 - plan.width)
-    return q
-  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
-    for c in plan.main[start:start + pure]:  # pure entries of level k
-      q[index[int(c)]] += 1 << (32 - 8 * k)
-  return q

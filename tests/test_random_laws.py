@@ -10,6 +10,7 @@
   exactly, ranks are dense, pools fall back to fresh bits.
 """
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
@@ -18,12 +19,10 @@ from jaxfp8 import formats
 from jaxfp8._src import distributions
 from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
-from jaxfp8._src.random import ddg
 from jaxfp8._src.random import exact_method as exact
 from jaxfp8._src.random import table_method
 from stats import chi_square
 from stats import scipy_law
-from stats import tree_law
 
 FORMATS = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float4_e2m1fn",
            "float6_e2m3fn", "float6_e3m2fn", "float8_e3m4")
@@ -87,16 +86,39 @@ def test_cdf_and_sf_in_the_tails_and_at_infinity(case):
   assert np.all(np.diff(cdf) >= 0)
 
 
+def sampled_law(plan, fmt) -> np.ndarray:
+  """The law the exact method samples, read back from its tables (2^32 units)."""
+  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
+  q = np.zeros(len(formats.get(fmt).values), np.int64)
+  unit = 1 << (32 - plan.width)
+  coarse = plan.main[:1 << plan.width]
+  for j, c in enumerate(coarse):
+    if plan.kind == "alias":  # t to a, the rest to b
+      a, b, t = int(c) & 255, (int(c) >> 8) & 255, int(c) >> 16
+      assert (t != 0) == (j < plan.fine) and (t != 0 or a == b)
+      q[index[a]] += t
+      q[index[b]] += (1 << 16) - t
+    elif plan.kind == "two_level" and j < plan.fine:
+      sub = plan.main[(1 << plan.width) + (j << plan.width2):][
+          :1 << plan.width2]
+      for c2 in sub:
+        q[index[int(c2)]] += unit >> plan.width2
+    else:
+      q[index[int(c)]] += unit
+  return q
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", LAWS, ids=law_id)
 def test_exact_tables_sample_the_law_within_2_to_minus_32(case, fmt):
   name, params, _ = case
   plan = exact.plan(name, fmt, tuple(sorted(params.items())))
-  q = tree_law(plan, fmt)
+  q = sampled_law(plan, fmt)
   assert q.sum() == 2**32
   _, probs = laws.rounded_law(name, fmt, **params)
   np.testing.assert_array_equal(q, laws.quantize(probs, 32))
   assert np.all(np.abs(q / 2**32 - probs) < 2**-32)
+  assert plan.fine < len(probs)  # at most one split bucket per value
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -106,8 +128,8 @@ def test_dyadic_uniform_is_exact(fmt, bounds):
   lo, hi = bounds
   params = {"minval": lo, "maxval": hi}
   _, probs = laws.rounded_law("uniform", fmt, **params)
-  q = tree_law(exact.plan("uniform", fmt, tuple(sorted(params.items()))),
-               fmt)
+  q = sampled_law(exact.plan("uniform", fmt, tuple(sorted(params.items()))),
+                  fmt)
   np.testing.assert_array_equal(q / 2**32, probs)  # equal, not close
 
 
@@ -116,14 +138,14 @@ def test_few_bits_where_the_law_allows():
   # U[0,1) in e4m3fn: masses are multiples of 2^-10 -> 10-bit draws, three
   # to a word; in float4, of 2^-2 -> 2-bit draws, sixteen to a word.
   assert exact.plan("uniform", "float8_e4m3fn", ()).width == 10
-  assert 32 / 3 <= exact.bits_per_sample("uniform", e4m3, {}) < 32 / 3 + 0.01
+  assert exact.bits_per_sample("uniform", e4m3, {}) == 32 / 3
   assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
-  assert exact.bits_per_sample("normal", e4m3, {}) <= 10.05
-  # e5m2's U[0,1) has an atom of 2^-17 at zero: a DDG tree, 2% of draws
-  # past the first byte.
+  assert exact.bits_per_sample("normal", e4m3, {}) == 18
+  # e5m2's U[0,1) has an atom of 2^-17 at zero: 10 coarse bits, and 7 more
+  # for the 1/128 of draws below 2^-7.
   p = exact.plan("uniform", "float8_e5m2", ())
-  assert p.kind == "ddg" and p.pure[0] == 251
-  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) < 8.3
+  assert (p.kind, p.width, p.fine, p.width2) == ("two_level", 10, 8, 7)
+  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) == 32 / 3 + 2
 
 
 @pytest.mark.parametrize("fmt", FORMATS[:5])
@@ -158,6 +180,23 @@ def test_chi_square_pools_small_bins_and_flags_impossible_values():
   assert chi_square(np.array([700, 300]), np.array([0.5, 0.5]))[2] < 1e-20
 
 
+def test_refinement_gives_each_split_sample_its_own_slot():
+  n = 64 * 32
+  rng = np.random.default_rng(1)
+  split = rng.random(n) < 0.05
+  split = split.reshape(-1, 32)
+  split[:, :] &= np.cumsum(split, axis=1) <= exact._SLOTS  # no overflow
+  split = split.ravel()
+  key = jax.random.key(3)
+  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  k_pool, _ = jax.random.split(key)
+  pool = np.asarray(bits_lib.uint16(k_pool, n // 32 * exact._SLOTS)).reshape(
+      -1, exact._SLOTS)
+  for g in range(n // 32):
+    lanes = np.flatnonzero(split[g * 32:(g + 1) * 32])
+    np.testing.assert_array_equal(r[g * 32 + lanes], pool[g, :len(lanes)])
+
+
 @pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 10, 16])
 def test_packed_bits_are_uniform_and_independent(width):
   n = 3 * 2**14 + 1
@@ -170,13 +209,37 @@ def test_packed_bits_are_uniform_and_independent(width):
     assert abs(c) < 5 / np.sqrt(n)
 
 
+def test_refinement_overflow_takes_a_fresh_stream():
+  n = 128
+  split = np.zeros(n, bool)
+  split[:exact._SLOTS + 1] = True  # one group needs five slots
+  key = jax.random.key(4)
+  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  _, k_fallback = jax.random.split(key)
+  np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
+
+
+def tree_law(plan, fmt) -> np.ndarray:
+  """The law a DDG tree plan samples, read back from its levels (2^32 units)."""
+  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
+  q = np.zeros(len(formats.get(fmt).values), np.int64)
+  if plan.kind == "pure":
+    for c in plan.main:
+      q[index[int(c)]] += 1 << (32 - plan.width)
+    return q
+  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
+    for c in plan.main[start:start + pure]:  # pure entries of level k
+      q[index[int(c)]] += 1 << (32 - 8 * k)
+  return q
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", LAWS[:10], ids=law_id)
 def test_ddg_tree_samples_the_masses_exactly(case, fmt):
   name, params, _ = case
   _, probs = laws.rounded_law(name, fmt, **params)
   q = laws.quantize(probs, 32)
-  plan = ddg.plan_for_masses(q, formats.get(fmt).codes)
+  plan = exact.plan_for_masses(q, formats.get(fmt).codes)
   np.testing.assert_array_equal(tree_law(plan, fmt), q)
   if plan.kind == "ddg":  # four levels at most, the last without deep entries
     assert len(plan.deep) == 4 and plan.deep[-1] == 0
@@ -195,6 +258,35 @@ def test_table_is_drawn_by_a_tree_with_its_own_law(fmt, table_bits):
   assert table_method.bits_per_sample("normal", formats.get(fmt), {},
                                       table_bits) <= 10
 
+
+@pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
+def test_ranks_are_distinct_and_dense(p):
+  rng = np.random.default_rng(1)
+  mask = rng.random((32, 96)) < p
+  rank, total = exact.ranks(jnp.asarray(mask))
+  assert int(total) == mask.sum()
+  np.testing.assert_array_equal(np.sort(np.asarray(rank)[mask]),
+                                np.arange(mask.sum()))
+
+
+def test_tree_refinement_gives_each_deep_sample_its_own_slot():
+  rng = np.random.default_rng(2)
+  deep = rng.random((32, 64)) < 0.2
+  key = jax.random.key(3)
+  rank, total = exact.ranks(jnp.asarray(deep))
+  slots = 4 * 128
+  r = exact.refinement(key, rank, total, slots, 1)[0]
+  k_pool, _ = jax.random.split(key)
+  pool = np.asarray(exact.chunked_words(k_pool, slots // 4)).view(np.uint8)
+  np.testing.assert_array_equal(np.asarray(r)[deep],
+                                pool[np.asarray(rank)[deep]])
+
+
+
+def test_pow2_words_are_few_powers_of_two():
+  for n in [1, 63, 64, 65, 1000, 245_000, 1 << 20, (1 << 20) + 1]:
+    m = exact.pow2_words(n)
+    assert n <= m <= n + n / 32 + 1 and bin(m).count("1") <= 6
 
 
 @pytest.mark.parametrize("x", [-1e300, -1e30, -1e8, -3.0, 0.0, 2.0, 1e8])

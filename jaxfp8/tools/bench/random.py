@@ -173,10 +173,9 @@ _BITS_LAWS = [
 
 
 def bits_table(fmts) -> str:
-  """Markdown table: random bits per sample of ``exact`` at 2^22 samples, by
-  law and format ("P": a pure table, one lookup; otherwise a DDG tree; "n/a":
-  ``exact`` doesn't serve the law in that format, e.g. any law in unsigned
-  E8M0)."""
+  """Markdown table: random bits per sample of ``exact``, by law and format
+  ("2L": two-level plan; "n/a": ``exact`` doesn't serve the law in that
+  format, e.g. any law in unsigned E8M0)."""
   rows = []
   for dist, params in _BITS_LAWS:
     label = dist + (" (" + ", ".join(f"{k}={v:g}" for k, v in params.items())
@@ -190,7 +189,7 @@ def bits_table(fmts) -> str:
       except (NotImplementedError, ValueError):
         row.append("n/a")
         continue
-      row.append(f"{bits:.3g}" + (" (P)" if plan.kind == "pure" else ""))
+      row.append(f"{bits:.3g}" + (" (2L)" if plan.kind == "two_level" else ""))
     rows.append(row)
   return timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
 
