@@ -304,14 +304,19 @@ def _blocked(x, batch, contract, fmt: str, recipe: MXRecipe, key):
       rounding="nearest" if key is None else "stochastic", key=key, pad=True)
 
 
+def _block(recipe: MXRecipe, fmt: str) -> int:
+  """The block size of ``fmt``'s GEMMs: the recipe's, else the format's."""
+  return recipe.block_size or get_format(fmt).block_size
+
+
 def _gemm(a, b, dims, fmt, recipe: MXRecipe, run: _Run, key=None):
   """``dot_general(a, b, dims)`` of ``a`` and ``b`` quantized in ``fmt``
   along their contracting dims (``key``: stochastic rounding of ``a``)."""
   (ac, bc), (ab, bb) = dims
   if fmt is None:
     return _dot(_float32(a, "dot_general"), _float32(b, "dot_general"), dims)
-  block = recipe.block_size or get_format(fmt).block_size
-  backend = dispatch.mx_backend(jax.default_backend(), fmt, block_size=block,
+  backend = dispatch.mx_backend(jax.default_backend(), fmt,
+                                block_size=_block(recipe, fmt),
                                 backend=run.backend)
   if backend == "dequantize":
     return _dot(_qdq(a, ac, fmt, recipe, key=key), _qdq(b, bc, fmt, recipe),
@@ -460,8 +465,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     fmt = getattr(recipe, g)
     if fmt is not None:
       dispatch.mx_backend(platform, fmt, backend=backend, fn=fn,
-                          block_size=recipe.block_size or get_format(
-                              fmt).block_size)
+                          block_size=_block(recipe, fmt))
   validate.check_array(lhs, "lhs", fn)
   validate.check_array(rhs, "rhs", fn)
   lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
@@ -491,8 +495,7 @@ def _serve_backend(lhs_fmt, rhs, dims, recipe, run: _Run) -> str:
   fn = "dot_general"
   (_, rc), (lb, _) = dims
   validate.check_choice(run.backend, dispatch.MX_BACKENDS, "backend", fn)
-  block = None if lhs_fmt is None else (
-      recipe.block_size or get_format(lhs_fmt).block_size)
+  block = None if lhs_fmt is None else _block(recipe, lhs_fmt)
   fits = (lhs_fmt == rhs.fmt.name and block == rhs.block_size and not lb
           and rc == (rhs.axis % rhs.ndim,))
   if run.backend in ("auto", "dequantize"):
