@@ -9,11 +9,20 @@ import sys
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _default_optimization_env() -> dict[str, str]:
+  """The environment without conftest's ``-O0`` flag: the example spends its
+  time running 800 generations, not compiling, and runs 2.7x faster at XLA's
+  default level (measured: 7.3 s against 19.5 s on 2 idle cores)."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_backend_optimization_level")]
+  return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+
+
 def test_neuroevolution_quick_fp8_matches_fp32():
   proc = subprocess.run(
       [sys.executable, os.path.join(_ROOT, "examples", "neuroevolution.py"),
        "--quick"], capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+      env=_default_optimization_env())
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   m = re.fullmatch(r"final_loss fp32=(\S+) fp8=(\S+) initial=(\S+)", lines[-1])

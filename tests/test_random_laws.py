@@ -277,16 +277,27 @@ def test_tree_refinement_gives_each_deep_sample_its_own_slot():
   slots = 4 * 128
   r = exact.refinement(key, rank, total, slots, 1)[0]
   k_pool, _ = jax.random.split(key)
-  pool = np.asarray(exact.chunked_words(k_pool, slots // 4)).view(np.uint8)
+  pool = np.asarray(jax.random.bits(k_pool, (slots // 4,), jnp.uint32)).view(
+      np.uint8)
   np.testing.assert_array_equal(np.asarray(r)[deep],
                                 pool[np.asarray(rank)[deep]])
 
 
 
-def test_pow2_words_are_few_powers_of_two():
-  for n in [1, 63, 64, 65, 1000, 245_000, 1 << 20, (1 << 20) + 1]:
-    m = exact.pow2_words(n)
-    assert n <= m <= n + n / 32 + 1 and bin(m).count("1") <= 6
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("n_pad", [128, 4096, 1 << 20, 3 << 20])
+def test_pool_slots_hold_ten_sigmas_on_a_coarse_grid(fmt, n_pad):
+  """The pool covers the mean plus ten standard deviations, whole words on a
+  grid of n_pad / 128 bytes (so nearby laws share a program), never more than
+  every sample's bytes."""
+  for dist in ("normal", "laplace", "cauchy"):
+    p = table_method.sampling_plan(dist, fmt, (), 16)
+    p1, _ = p.fractions
+    slots = exact.pool_slots(p, n_pad)
+    need = n_pad * p1 + 10 * np.sqrt(n_pad * p1 * (1 - p1))
+    unit = 4 * max(1, n_pad // 512)
+    assert slots % unit == 0
+    assert min(need, n_pad) <= slots <= min(need + 32 + unit, n_pad)
 
 
 @pytest.mark.parametrize("x", [-1e300, -1e30, -1e8, -3.0, 0.0, 2.0, 1e8])

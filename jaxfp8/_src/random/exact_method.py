@@ -385,40 +385,16 @@ def plan_for_masses(q: np.ndarray, codes: np.ndarray) -> TreePlan:
                                        q >> (32 - width)))
 
 
-def pow2_words(n: int) -> int:
-  """``n`` rounded up to a sum of at most six powers of two (<= 1/32 more).
-
-  >>> pow2_words(1000), pow2_words(1 << 20)
-  (1008, 1048576)
-  """
-  if n <= 64:
-    return n + (n & 1)
-  unit = 1 << (n.bit_length() - 6)
-  return -(-n // unit) * unit
-
-
-def chunked_words(key, n: int) -> jax.Array:
-  """``n`` uniform words (``n`` from :func:`pow2_words`), drawn in
-  power-of-two counts: one ``jax.random.bits`` call per set bit of ``n``."""
-  parts = [1 << b for b in range(n.bit_length() - 1, -1, -1) if n >> b & 1]
-  if len(parts) == 1 or n <= 64:
-    return bits_lib.words(key, n)
-  keys = jax.random.split(key, len(parts))
-  return jnp.concatenate([bits_lib.words(k, m) for k, m in zip(keys, parts)])
-
-
 def _words_drawn(p: TreePlan, n_pad: int) -> int:
   """Random words one call of ``n_pad`` samples draws (pools included)."""
   if p.kind == "pure":
-    return pow2_words(-(-n_pad // bits_lib.per_word(p.width)))
-  extra = {2: 0, 3: 1, 4: 2}[p.levels]
-  return pow2_words(n_pad // 4) + _pool_size(
-      n_pad, *p.fractions, extra) // 4
+    return -(-n_pad // bits_lib.per_word(p.width))
+  return n_pad // 4 + pool_slots(p, n_pad) // 4
 
 
 def plan_bits(p: TreePlan, n: int = REFERENCE_N) -> float:
   """Random bits per sample that a call of ``n`` samples draws with plan
-  ``p`` (pools and power-of-two rounding included)."""
+  ``p`` (pools included)."""
   n_pad = bits_lib.padded_size((n,), _PAD)[1]
   return 32 * _words_drawn(p, n_pad) / n
 
@@ -435,7 +411,9 @@ def ranks(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
   passes over rows of ``G``), a popcount gives the rank inside the group, a
   prefix sum over the groups the offset. No sort, no scatter. The prefix sum
   is ``lax.associative_scan``: ``jnp.cumsum`` (a ``reduce_window`` on XLA
-  CPU) fused with its per-element consumer measured 10x slower.
+  CPU) fused with its per-element consumer measured 10x slower, and behind an
+  ``optimization_barrier`` (or as a triangular matmul) it compiles 0.3 s
+  faster but runs 18% slower (2^22 table samples, 19.5 against 16.6 ms).
 
   >>> mask = jnp.zeros((32, 2), bool).at[jnp.array([1, 2, 3]),
   ...                                    jnp.array([0, 0, 1])].set(True)
@@ -479,7 +457,7 @@ def refinement(key, slot: jax.Array, total: jax.Array, slots: int,
   overflow = total > slots
 
   def draw(k, count):
-    w = chunked_words(k, pow2_words(-(-count // 4)))[:-(-count // 4)]
+    w = bits_lib.words(k, -(-count // 4))
     return lax.bitcast_convert_type(w, jnp.uint8).reshape(-1)[:count]
 
   pool = lax.cond(
@@ -492,39 +470,57 @@ def refinement(key, slot: jax.Array, total: jax.Array, slots: int,
           for j in range(size)]
 
 
-def _pool_size(n_pad: int, p1: float, p3: float, extra: int) -> int:
-  """Byte slots for ``n_pad`` samples, each taking 1 byte with probability
-  ``p1 - p3`` and ``1 + extra`` with probability ``p3``."""
+def _extra(levels: int) -> int:
+  """Bytes a sample that may reach level 3 takes after its level-2 byte."""
+  return {1: 0, 2: 0, 3: 1, 4: 2}[levels]
+
+
+def pool_slots(p: TreePlan, n_pad: int) -> int:
+  """Byte slots of the refinement pool for ``n_pad`` samples of plan ``p``.
+
+  Each sample takes 1 byte with probability ``p1 - p3`` and ``1 + extra``
+  with probability ``p3`` (:attr:`TreePlan.fractions`); the pool holds their
+  mean plus ten standard deviations, rounded up to a multiple of
+  ``n_pad / 128`` bytes (at most 1/16 bit more per sample), so that laws with
+  nearby deep fractions share one compiled program.
+
+  >>> p = ddg_plan(np.array([2**31 + 3, 2**31 - 3]), np.array([7, 9]))
+  >>> p.fractions  # 1/256 of samples deep, and they may reach level 3
+  (0.00390625, 0.00390625)
+  >>> pool_slots(p, 1 << 20), (1 << 20) // 128  # 14,237 needed: two units
+  (16384, 8192)
+  """
+  p1, p3 = p.fractions
+  extra = _extra(p.levels)
   mean = p1 + extra * p3
   var = (p1 - p3) + (1 + extra) ** 2 * p3 - mean ** 2
   need = n_pad * mean + _SIGMAS * math.sqrt(n_pad * max(var, 0.0)) + _TREE_GROUP
-  return min(pow2_words(-(-int(math.ceil(need)) // 4)) * 4,
-             n_pad * (1 + extra))
+  unit = 4 * max(1, n_pad // 512)
+  return min(-(-int(math.ceil(need)) // unit) * unit, n_pad * (1 + extra))
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "width", "levels",
-                                             "fractions", "fmt_name",
-                                             "shape"))
-def _tree_sample(key, main, pure, offset, *, kind, width, levels, fractions,
-            fmt_name, shape):
+                                             "slots", "fmt_name", "shape"))
+def _tree_sample(key, main, pure, offset, *, kind, width, levels, slots,
+                 fmt_name, shape):
   # The tables are arguments, not constants: one compilation serves every
-  # law of a format, shape and pool size.
+  # law of a format, shape, depth and pool size.
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, _PAD)
   if kind == "pure":
     per = bits_lib.per_word(width)
-    w = chunked_words(key, pow2_words(-(-n_pad // per)))
+    w = bits_lib.words(key, -(-n_pad // per))
     shifts = jnp.arange(per, dtype=jnp.uint32) * width
     u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
     codes = main[u.reshape(-1)[:n].astype(jnp.int32)]
     return codes_lib.from_codes(codes.reshape(shape), fmt)
   # Samples live as (32, G): lane-major, so that ranks() reads whole rows.
   k1, k2 = jax.random.split(key)
-  u = lanes(chunked_words(k1, pow2_words(n_pad // 4))[:n_pad // 4].reshape(
-      -1, n_pad // _TREE_GROUP), 8)
+  u = lanes(bits_lib.words(k1, n_pad // 4).reshape(-1, n_pad // _TREE_GROUP),
+            8)
   deep1 = u >= pure[0]
   slot, total = ranks(deep1)
-  extra = {2: 0, 3: 1, 4: 2}[levels]
+  extra = _extra(levels)
   if extra:
     # Samples whose byte may lead to level 3 (a mask of u alone) take
     # ``extra`` more bytes right after their level-2 byte: one pool, one
@@ -532,7 +528,6 @@ def _tree_sample(key, main, pure, offset, *, kind, width, levels, fractions,
     rare = u >= pure[0] + (pure[1] >> _RADIX)
     rank3, total3 = ranks(rare)
     slot, total = slot + extra * rank3, total + extra * total3
-  slots = _pool_size(n_pad, fractions[0], fractions[1], extra)
   r = refinement(k2, slot, total, slots, 1 + extra)
   e2 = ((u - pure[0]) << _RADIX) + r[0]
   index = jnp.where(deep1, offset[1] + e2, u)
@@ -551,11 +546,12 @@ def _tree_sample(key, main, pure, offset, *, kind, width, levels, fractions,
 def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format):
   """Samples of the law of plan ``p`` in ``fmt`` (native array or
   CodeArray)."""
-  fractions = p.fractions if p.kind == "ddg" else ()
+  n_pad = bits_lib.padded_size(tuple(shape), _PAD)[1]
+  slots = pool_slots(p, n_pad) if p.kind == "ddg" else 0
   return _tree_sample(key, p.main, np.array(p.pure or (0,), np.int32),
-                 np.array(p.offset or (0,), np.int32), kind=p.kind,
-                 width=p.width, levels=p.levels, fractions=fractions,
-                 fmt_name=fmt.name, shape=tuple(shape))
+                      np.array(p.offset or (0,), np.int32), kind=p.kind,
+                      width=p.width, levels=p.levels, slots=slots,
+                      fmt_name=fmt.name, shape=tuple(shape))
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "bits"))
