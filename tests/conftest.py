@@ -32,3 +32,25 @@ _SHARED = dict(deadline=None, derandomize=True,
 hypothesis.settings.register_profile("jaxfp8", max_examples=60, **_SHARED)
 hypothesis.settings.register_profile("long", max_examples=600, **_SHARED)
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jaxfp8"))
+
+
+# Tests that run for 5 s or more (most start a subprocess: an example, a
+# 4-device run, a report worker), or whose module fixture does: collected
+# first, so that pytest-xdist starts them early and no worker ends the run
+# alone on one of them while the other is idle.
+_LONG_FIRST = (
+    "tests/test_sharded_training.py",
+    "tests/test_es_sharding.py",
+    "tests/test_mx_train_example.py",
+    "tests/test_es_example.py",
+    "tests/test_report.py::test_a_hung_operation_is_a_timeout_cell",
+    "tests/test_policy_example.py",
+    "tests/test_mx_sharding.py",
+    "tests/test_wheel.py",
+    "tests/test_checkpoint.py",
+    "tests/test_cli.py::test_bench_random_leaves_out_rows_that_cannot_exist",
+)
+
+
+def pytest_collection_modifyitems(items):
+  items.sort(key=lambda item: not item.nodeid.startswith(_LONG_FIRST))

@@ -47,7 +47,7 @@ def _fp8(rng, shape, dtype, spread=0):
 
 def _check(out, ref, bound, out_dtype):
   """out vs the float64 ref: elementwise within bound (+ output rounding)."""
-  out = np.asarray(out.astype(jnp.float32), np.float64)
+  out = np.asarray(out).astype(np.float64)  # in NumPy: no eager astype
   assert out.shape == ref.shape
   rounding = 2.0**-8 if np.dtype(out_dtype) == np.dtype(jnp.bfloat16) else 0.0
   err = np.abs(out - ref)
@@ -62,9 +62,21 @@ def _f64(x):
   return np.asarray(x, np.float64)
 
 
+def _values(x) -> np.ndarray:
+  """Exact float64 values of a cast result, read in NumPy.
+
+  A CodeArray is read through its format's code table, what decode computes;
+  eager decode ops would compile once per format.
+  """
+  if isinstance(x, jaxfp8.CodeArray):
+    codes = np.asarray(x.codes).astype(np.int64) & ((1 << x.format.bits) - 1)
+    return x.format.code_table[codes].astype(np.float64)
+  return np.asarray(x).astype(np.float64)
+
+
 def _mx_f64(x) -> np.ndarray:
   """Exact float64 values of an mxfp8 MXArray (NaN where the scale is NaN)."""
-  d = _f64(x.data.astype(jnp.float32))
+  d = _f64(np.asarray(x.data))  # fp8 data, widened exactly in NumPy
   c = np.asarray(x.scales).astype(np.int64)
   s = np.where(c == 255, np.nan, np.exp2(c - 127.0))
   v = d.reshape(d.shape[0], -1, x.block_size) * s[..., None]
@@ -83,8 +95,10 @@ def _mx_check(out, a, b, out_dtype):
 
 
 def _plan_is_fast(a, b) -> bool:
+  # int32 scale codes made in NumPy: an eager astype compiles per shape
+  int32 = lambda c: jnp.asarray(np.asarray(c).astype(np.int32))
   fast, _, _ = mx_matmul_lib._fast_plan(
-      jnp.asarray(a.scales, jnp.int32), jnp.asarray(b.scales, jnp.int32),
+      int32(a.scales), int32(b.scales),
       a.data.shape[1], a.data.dtype, b.data.dtype)
   return bool(fast)
 
@@ -92,17 +106,21 @@ def _plan_is_fast(a, b) -> bool:
 # -- tests that run no kernel --------------------------------------------------
 
 def test_scaled_matmul_errors():
-  a = jnp.ones((4, 32), jnp.float8_e4m3fn)
+  # The malformed operands are made in NumPy: slicing or converting a
+  # jax.Array eagerly compiles a program for each.
+  host = np.ones((4, 32), jnp.float8_e4m3fn)
+  a = jnp.asarray(host)
   with pytest.raises(TypeError, match="`a` argument to `scaled_matmul`"):
-    ops.scaled_matmul(jnp.ones((4, 32)), a, 1.0, 1.0)
+    ops.scaled_matmul(jnp.asarray(np.ones((4, 32), np.float32)), a, 1.0, 1.0)
   with pytest.raises(NotImplementedError, match="float8_e4m3fnuz"):
-    ops.scaled_matmul(a.astype(jnp.float8_e4m3fnuz), a, 1.0, 1.0)
+    ops.scaled_matmul(jnp.asarray(host.astype(jnp.float8_e4m3fnuz)), a, 1.0,
+                      1.0)
   with pytest.raises(ValueError, match="same K"):
-    ops.scaled_matmul(a, a[:, :16], 1.0, 1.0)
+    ops.scaled_matmul(a, jnp.asarray(host[:, :16]), 1.0, 1.0)
   with pytest.raises(ValueError, match="2-D"):
-    ops.scaled_matmul(a[0], a, 1.0, 1.0)
+    ops.scaled_matmul(jnp.asarray(host[0]), a, 1.0, 1.0)
   with pytest.raises(ValueError, match="per-tensor scale"):
-    ops.scaled_matmul(a, a, jnp.ones(2), 1.0)
+    ops.scaled_matmul(a, a, jnp.asarray(np.ones(2, np.float32)), 1.0)
   with pytest.raises(TypeError, match="b_scale"):
     ops.scaled_matmul(a, a, 1.0, "2")
   with pytest.raises(NotImplementedError, match="out_dtype"):
@@ -149,7 +167,7 @@ def test_mx_matmul_errors():
                                                     (1, 1, 8), (9, 2, 1)])
 def test_grouped_program_order_covers_every_tile_once(grid_m, grid_n,
                                                       group_m):
-  pids = jnp.arange(grid_m * grid_n)
+  pids = jnp.asarray(np.arange(grid_m * grid_n, dtype=np.int32))
   i, j = common.tile_of_program(pids, grid_m, grid_n, group_m)
   tiles = sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist()))
   assert tiles == [(a, b) for a in range(grid_m) for b in range(grid_n)]
@@ -250,8 +268,8 @@ class TestCompiledKernels:
     b = jnp.zeros((4, 32), jnp.float8_e4m3fn)
     assert ops.scaled_matmul(a, b, 1.0, 1.0,
                              interpret=self.INTERPRET).shape == (0, 4)
-    out = ops.scaled_matmul(b[:, :0], b[:, :0], 1.0, 1.0,
-                            interpret=self.INTERPRET)
+    empty = jnp.asarray(np.zeros((4, 0), jnp.float8_e4m3fn))
+    out = ops.scaled_matmul(empty, empty, 1.0, 1.0, interpret=self.INTERPRET)
     np.testing.assert_array_equal(np.asarray(out, np.float32),
                                   np.zeros((4, 4)))
 
@@ -358,14 +376,16 @@ class TestCompiledKernels:
         l, r, dims, interpret=self.INTERPRET))(lhs, rhs)
     assert "pallas_call" in str(jaxpr)
     out = ops.dot_general(lhs, rhs, dims, interpret=self.INTERPRET)
-    want = jax.lax.dot_general(lhs.astype(jnp.float32),
-                               rhs.astype(jnp.float32), dims,
+    # operands widened in NumPy (exact); the float32 product stays XLA's
+    f32 = lambda x: jnp.asarray(np.asarray(x).astype(np.float32))
+    want = jax.lax.dot_general(f32(lhs), f32(rhs), dims,
                                precision=jax.lax.Precision.HIGHEST)
     assert out.dtype == jnp.float32 and out.shape == want.shape
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6,
                                atol=1e-6)
     # Batch dimensions: lax.dot_general itself (on any backend).
-    batched = ops.dot_general(lhs[None], lhs[None],
+    lhs1 = jnp.asarray(np.asarray(lhs)[None])
+    batched = ops.dot_general(lhs1, lhs1,
                               (((3,), (3,)), ((0,), (0,))))
     kept = shapes[0][:-1]
     assert batched.dtype == jnp.float32 and batched.shape == (1, *kept, *kept)
@@ -392,7 +412,8 @@ class TestCompiledKernels:
   def test_scales_applied_without_spurious_overflow(self, default):
     # interpret=None: the jnp reference on CPU, the compiled kernel on a GPU.
     interpret = None if default else self.INTERPRET
-    a = jnp.full((2, 32), 4.0, jnp.float8_e4m3fn)  # a @ a.T = 512 per entry
+    # a @ a.T = 512 per entry
+    a = jnp.asarray(np.full((2, 32), 4.0, jnp.float8_e4m3fn))
     cases = [(2.0**127, 2.0**-120, 512 * 2.0**7),  # product 2^7: one multiply
              (2.0**-120, 2.0**127, 512 * 2.0**7),
              # product overflows, result too
@@ -406,26 +427,30 @@ class TestCompiledKernels:
       with np.errstate(over="ignore"):  # inf past float32's range is meant
         want32 = np.float32(want)  # ... and 0 below 2^-149
       if 0 < abs(want32) < _TINY:  # CPU may flush float32 subnormals
-        assert float(out[0, 0]) in (0.0, float(want32)), (sa, sb)
+        assert float(np.asarray(out)[0, 0]) in (0.0, float(want32)), (sa, sb)
       else:
-        assert float(out[0, 0]) == float(want32), (sa, sb, out[0, 0])
+        # read in NumPy: indexing a jax.Array compiles
+        got = float(np.asarray(out)[0, 0])
+        assert got == float(want32), (sa, sb, got)
     # Scales whose product overflows but whose result is finite.
     big = ops.scaled_matmul(a, a, 2.0**100, 2.0**100, out_dtype=jnp.float32,
                             interpret=interpret)
     assert np.isinf(np.asarray(big)).all()
-    tiny = jnp.full((2, 32), 2.0**-9, jnp.float8_e4m3fn)  # a @ a.T = 2^-13
+    # a @ a.T = 2^-13
+    tiny = jnp.asarray(np.full((2, 32), 2.0**-9, jnp.float8_e4m3fn))
     out = ops.scaled_matmul(tiny, tiny, 2.0**120, 2.0**20,
                             out_dtype=jnp.float32, interpret=interpret)
-    assert float(out[0, 0]) == 2.0**127
+    assert float(np.asarray(out)[0, 0]) == 2.0**127
 
   def test_dot_general_precision_as_lax_takes_it(self):
-    x = jnp.ones((2, 3, 32), jnp.float8_e4m3fn)
-    w = jnp.ones((32, 5), jnp.float8_e4m3fn)
+    x = jnp.asarray(np.ones((2, 3, 32), jnp.float8_e4m3fn))
+    w = jnp.asarray(np.ones((32, 5), jnp.float8_e4m3fn))
     dims = (((2,), (0,)), ((), ()))
     for p in ("DEFAULT", "highest", "float32", jax.lax.Precision.HIGH,
               (jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT)):
       out = ops.dot_general(x, w, dims, precision=p, interpret=self.INTERPRET)
-      assert out.shape == (2, 3, 5) and float(out[0, 0, 0]) == 32.0, p
+      assert out.shape == (2, 3, 5)
+      assert float(np.asarray(out)[0, 0, 0]) == 32.0, p
     # What lax.dot_general refuses, it refuses here too, in its own words.
     with pytest.raises((ValueError, TypeError, KeyError)):
       jax.lax.dot_general(x, w, dims, precision="bogus")
@@ -460,7 +485,6 @@ def test_dot_general_takes_every_narrow_format_exactly(fmt):
     a, b = np.abs(a) + 0.1, np.abs(b) + 0.1
   qa, qb = jaxfp8.cast(a, fmt), jaxfp8.cast(b, fmt)
   got = jaxfp8.ops.dot_general(qa, qb, (((1,), (0,)), ((), ())))
-  want = (np.asarray(jaxfp8.decode(qa)).astype(np.float64)
-          @ np.asarray(jaxfp8.decode(qb)).astype(np.float64))
+  want = _values(qa) @ _values(qb)
   assert got.dtype == np.float32
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)

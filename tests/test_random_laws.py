@@ -180,6 +180,12 @@ def test_chi_square_pools_small_bins_and_flags_impossible_values():
   assert chi_square(np.array([700, 300]), np.array([0.5, 0.5]))[2] < 1e-20
 
 
+# The samplers run these helpers under their own jit; jitted here too, so a
+# test compiles one program instead of one per eager op (80 for ranks).
+_jit_ranks = jax.jit(exact.ranks)
+_jit_refinement = jax.jit(exact._refinement, static_argnums=(2,))
+
+
 def test_refinement_gives_each_split_sample_its_own_slot():
   n = 64 * 32
   rng = np.random.default_rng(1)
@@ -188,7 +194,7 @@ def test_refinement_gives_each_split_sample_its_own_slot():
   split[:, :] &= np.cumsum(split, axis=1) <= exact._SLOTS  # no overflow
   split = split.ravel()
   key = jax.random.key(3)
-  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  r = np.asarray(_jit_refinement(key, jnp.asarray(split), n))
   k_pool, _ = jax.random.split(key)
   pool = np.asarray(bits_lib.uint16(k_pool, n // 32 * exact._SLOTS)).reshape(
       -1, exact._SLOTS)
@@ -200,7 +206,8 @@ def test_refinement_gives_each_split_sample_its_own_slot():
 @pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 10, 16])
 def test_packed_bits_are_uniform_and_independent(width):
   n = 3 * 2**14 + 1
-  u = np.asarray(bits_lib.packed(jax.random.key(width), n, width))
+  u = np.asarray(jax.jit(bits_lib.packed, static_argnums=(1, 2))(
+      jax.random.key(width), n, width))
   assert u.shape == (n,) and u.min() >= 0 and u.max() < 2**width
   for b in range(width):  # every bit fair, neighbours uncorrelated
     bit = (u >> b) & 1
@@ -214,7 +221,7 @@ def test_refinement_overflow_takes_a_fresh_stream():
   split = np.zeros(n, bool)
   split[:exact._SLOTS + 1] = True  # one group needs five slots
   key = jax.random.key(4)
-  r = np.asarray(exact._refinement(key, jnp.asarray(split), n))
+  r = np.asarray(_jit_refinement(key, jnp.asarray(split), n))
   _, k_fallback = jax.random.split(key)
   np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
 
@@ -263,7 +270,7 @@ def test_table_is_drawn_by_a_tree_with_its_own_law(fmt, table_bits):
 def test_ranks_are_distinct_and_dense(p):
   rng = np.random.default_rng(1)
   mask = rng.random((32, 96)) < p
-  rank, total = exact.ranks(jnp.asarray(mask))
+  rank, total = _jit_ranks(jnp.asarray(mask))
   assert int(total) == mask.sum()
   np.testing.assert_array_equal(np.sort(np.asarray(rank)[mask]),
                                 np.arange(mask.sum()))
@@ -273,9 +280,10 @@ def test_tree_refinement_gives_each_deep_sample_its_own_slot():
   rng = np.random.default_rng(2)
   deep = rng.random((32, 64)) < 0.2
   key = jax.random.key(3)
-  rank, total = exact.ranks(jnp.asarray(deep))
+  rank, total = _jit_ranks(jnp.asarray(deep))
   slots = 4 * 128
-  r = exact.refinement(key, rank, total, slots, 1)[0]
+  r = jax.jit(exact.refinement, static_argnums=(3, 4))(
+      key, rank, total, slots, 1)[0]
   k_pool, _ = jax.random.split(key)
   pool = np.asarray(jax.random.bits(k_pool, (slots // 4,), jnp.uint32)).view(
       np.uint8)

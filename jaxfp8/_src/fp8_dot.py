@@ -35,6 +35,7 @@ from jaxfp8._src import formats
 from jaxfp8._src.codes import as_float32
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.codes import device_array
 from jaxfp8._src.kernels import dispatch as kernels_dispatch
 from jaxfp8._src import rounding
 from jaxfp8._src import scaling
@@ -186,7 +187,7 @@ def _dot_operand(x: Any, arg: str) -> jax.Array:
       isinstance(x, np.ndarray) and formats.is_narrow(x.dtype)
       and not formats.get(x.dtype).native):
     return as_float32(x)
-  x = jnp.asarray(x)
+  x = device_array(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     raise TypeError(f"`{arg}` argument to `fp8_dot_general` must be a "
                     f"floating array, got {x.dtype}")

@@ -25,6 +25,7 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src import compat
+from jaxfp8._src.codes import device_array
 from jaxfp8._src import mx as _mx
 from jaxfp8._src import mx_pack
 from jaxfp8._src import mx_quantize
@@ -191,7 +192,7 @@ def _check_operand(x, name: str, blocked_axis: int):
           f"axis={x.axis}, shape={x.shape}")
     return x
   validate.check_array(x, name, "matmul")
-  x = jnp.asarray(x)
+  x = device_array(x)
   if x.ndim == 0:
     raise ValueError(f"`{name}` argument to `matmul` must have at least one "
                      "dimension, got a scalar")

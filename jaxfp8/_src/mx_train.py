@@ -40,6 +40,7 @@ import numpy as np
 from jaxfp8._src import mx as mx_lib
 from jaxfp8._src import mx_quantize
 from jaxfp8._src import rounding as rounding_lib
+from jaxfp8._src.codes import device_array
 from jaxfp8._src import validate
 from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx_formats import get_format
@@ -165,7 +166,7 @@ def _float32(x, fn: str) -> jax.Array:
   dtype = getattr(x, "dtype", None)
   if (dtype is not None and jnp.issubdtype(dtype, jnp.floating)
       and np.dtype(dtype).itemsize >= 2):
-    return jnp.asarray(x).astype(jnp.float32)
+    return device_array(x).astype(jnp.float32)
   return rounding_lib.to_float32(x, fn=fn)
 
 

@@ -34,6 +34,7 @@ from jaxfp8._src import formats
 from jaxfp8._src import validate
 from jaxfp8._src.codes import CodeArray
 from jaxfp8._src.codes import decode
+from jaxfp8._src.codes import device_array
 from jaxfp8._src.codes import host_float32
 
 Rounding = Literal["nearest", "stochastic", "down", "up", "toward_zero"]
@@ -302,7 +303,7 @@ def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
   if kind in "OUSMm":  # objects, strings, bytes, datetimes: jnp can't take
     raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
                     f"an array of dtype {x.dtype}")
-  x = jnp.asarray(host_float32(x))
+  x = device_array(host_float32(x))
   if not (jnp.issubdtype(x.dtype, jnp.floating)
           or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == bool):
     raise TypeError(f"`{arg}` argument to `{fn}` must be real numbers, got "
