@@ -5,6 +5,9 @@ the parent sends one task per line and reads ``BEGIN``/``RESULT`` lines back
 (see :mod:`jaxfp8.tools.report.worker`). When a worker dies, the task it had begun becomes the
 cell "abort" (with the signal and XLA's last message) and the tasks after it
 run in a fresh worker; a task that does not answer in time is a "timeout".
+The time limit counts from a task's ``BEGIN``: a worker's start (importing
+JAX, under whatever load the machine has) and the gap between tasks get
+:data:`START_SECONDS` at least.
 """
 from __future__ import annotations
 
@@ -27,6 +30,10 @@ from typing import Any
 from jaxfp8.tools.report import worker as report_worker
 
 SIDES = ("native", "jaxfp8")
+# How long a worker may take to start or to begin its next task, whatever
+# the per-operation timeout: starting one imports JAX (seconds idle, tens of
+# seconds on a loaded machine), and that is not the operation hanging.
+START_SECONDS = 120.0
 # XLA spends most of the report compiling; its CPU backend at optimization
 # level 0 compiles the samplers faster (about 1.5x less worker CPU time).
 # Measured on JAX 0.10.2 over 3 formats x 44 operations: every value is the
@@ -177,8 +184,9 @@ def run_job(job: Job, pool: WorkerPool, *, timeout: float, log
                    for op in pending])
     running, timed_out, started = None, False, False
     while len(results) < len(job.ops):
+      wait = timeout if running is not None else max(timeout, START_SECONDS)
       try:
-        line = worker.lines.get(timeout=timeout)
+        line = worker.lines.get(timeout=wait)
       except queue.Empty:
         timed_out = True
         break
@@ -195,7 +203,7 @@ def run_job(job: Job, pool: WorkerPool, *, timeout: float, log
       break
     if timed_out:
       pool.drop(job.side)
-      message = f"no answer within {timeout:.0f} s"
+      message = f"no answer within {wait:.0f} s"
     else:
       message = worker.crash_message()
       pool.drop(job.side)
