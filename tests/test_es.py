@@ -175,7 +175,7 @@ def test_sample_population_nearest_is_cast_of_mean_plus_sigma_eps(fmt):
   eps = es.perturbations(jax.random.split(key)[0], 12, (size,), fmt)
   # The float32 reference in NumPy (each op rounds once, as eager jnp's do).
   x = np.asarray(mean) + np.asarray(sigma) * _values(eps).astype(np.float32)
-  want = jaxfp8.cast(jnp.asarray(x), fmt)
+  want = jaxfp8.cast(jax.device_put(x), fmt)
   assert pop.shape == (12, size) and pop.dtype == want.dtype
   np.testing.assert_array_equal(_codes(pop), _codes(want))
 
@@ -198,7 +198,7 @@ def test_sample_population_stochastic_is_unbiased(fmt):
   mean = jnp.linspace(-1.0, 1.0, 300)
   pop = es.sample_population(key, mean, 0.2, 8, fmt, rounding="stochastic")
   eps = es.perturbations(jax.random.split(key)[0], 8, (300,), fmt)
-  x = jnp.asarray(np.asarray(mean) + np.float32(0.2)
+  x = jax.device_put(np.asarray(mean) + np.float32(0.2)
                   * _values(eps).astype(np.float32))
   down = _values(jaxfp8.cast(x, fmt, rounding="down"))
   upv = _values(jaxfp8.cast(x, fmt, rounding="up"))
@@ -253,8 +253,8 @@ def test_tell_is_the_openai_es_gradient(fmt, antithetic):
   assert int(new.generation) == 1
   up = es.OpenAIES(n, optax.sgd(1.0), sigma=sigma, dtype=fmt,
                    antithetic=antithetic, maximize=True)
-  np.testing.assert_array_equal(
-      up.tell(state, eps, jnp.asarray(-fitness, jnp.float32)).mean, new.mean)
+  negated = jax.device_put(np.asarray(-fitness, np.float32))
+  np.testing.assert_array_equal(up.tell(state, eps, negated).mean, new.mean)
 
 
 @pytest.mark.parametrize("fmt", ["float32", "float8_e4m3fn", "float8_e5m2",

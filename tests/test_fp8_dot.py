@@ -27,7 +27,7 @@ FMT_IDS = ["-".join(f) for f in FORMATS]
 
 
 def _normal(rng, shape):
-  return jnp.asarray(rng.standard_normal(shape), jnp.float32)
+  return jax.device_put(rng.standard_normal(shape).astype(np.float32))
 
 
 def _operands(lhs_shape, rhs_shape, seed=0):
@@ -119,7 +119,7 @@ def test_dtypes_and_preferred_element_type():
   x, w, _ = _operands((4, 8), (8, 3))
   dims = (((1,), (0,)), ((), ()))
   # bfloat16 operands rounded in NumPy: an eager astype compiles per shape
-  xb, wb = (jnp.asarray(np.asarray(a).astype(jnp.bfloat16)) for a in (x, w))
+  xb, wb = (jax.device_put(np.asarray(a).astype(jnp.bfloat16)) for a in (x, w))
   y = P.fp8_dot_general(xb, wb, dims)
   assert y.dtype == jnp.bfloat16
   y32 = P.fp8_dot_general(xb, wb, dims, preferred_element_type=jnp.float32)
@@ -128,8 +128,8 @@ def test_dtypes_and_preferred_element_type():
       jnp.float32).sum(), argnums=(0, 1))(xb, wb)
   assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
   with pytest.raises(TypeError, match="lhs.*floating"):
-    P.fp8_dot_general(jnp.asarray(np.ones((2, 2), np.int32)),
-                      jnp.asarray(np.asarray(w)[:2]), dims)
+    P.fp8_dot_general(jax.device_put(np.ones((2, 2), np.int32)),
+                      jax.device_put(np.asarray(w)[:2]), dims)
   with pytest.raises(TypeError, match="grad_scaling"):
     P.fp8_dot_general(x, w, dims, grad_scaling=3)
   with pytest.raises(TypeError, match="narrow format"):
@@ -143,7 +143,7 @@ def test_never_nan_with_huge_inputs():
   dims = (((1,), (0,)), ((), ()))
   y, vjp = jax.vjp(lambda a, b: P.fp8_dot_general(a, b, dims), x, w)
   assert np.isfinite(np.asarray(y)).all()
-  for d in vjp(jnp.asarray(np.ones(y.shape, y.dtype))):
+  for d in vjp(jax.device_put(np.ones(y.shape, y.dtype))):
     assert not np.isnan(np.asarray(d)).any()
 
 
@@ -264,9 +264,9 @@ def test_narrow_output_saturates_and_mixed_inputs_promote():
   dims = (((1,), (0,)), ((), ()))
   # Operands made in NumPy, results read in NumPy: jnp.full/ones and
   # indexing a jax.Array are eager ops, each compiled.
-  ones = lambda dtype: jnp.asarray(np.ones((4, 1), dtype))
-  a = jnp.asarray(np.full((1, 4), 20.0, jnp.float8_e4m3fn))
-  b = jnp.asarray(np.full((4, 1), 20.0, jnp.float8_e4m3fn))
+  ones = lambda dtype: jax.device_put(np.ones((4, 1), dtype))
+  a = jax.device_put(np.full((1, 4), 20.0, jnp.float8_e4m3fn))
+  b = jax.device_put(np.full((4, 1), 20.0, jnp.float8_e4m3fn))
   out = P.fp8_dot_general(a, b, dims)  # 1600 > 448: saturates, not NaN
   assert out.dtype == jnp.float8_e4m3fn
   assert float(np.asarray(out)[0, 0]) == 448.0
@@ -289,7 +289,7 @@ def test_codearray_operands_are_decoded():
   dims = (((1,), (0,)), ((), ()))
   ca = jaxfp8.cast(jnp.array([[1.0, 2.0], [0.5, -1.0]]), "e2m3")
   exact = P.CurrentScaling("e4m3", power_of_two=True)
-  eye = jnp.asarray(np.eye(2, dtype=np.float32))
+  eye = jax.device_put(np.eye(2, dtype=np.float32))
   out = P.fp8_dot_general(ca, eye, dims, lhs_scaling=exact,
                           rhs_scaling=exact)
   np.testing.assert_array_equal(np.asarray(out), [[1.0, 2.0], [0.5, -1.0]])

@@ -96,7 +96,7 @@ def _mx_check(out, a, b, out_dtype):
 
 def _plan_is_fast(a, b) -> bool:
   # int32 scale codes made in NumPy: an eager astype compiles per shape
-  int32 = lambda c: jnp.asarray(np.asarray(c).astype(np.int32))
+  int32 = lambda c: jax.device_put(np.asarray(c).astype(np.int32))
   fast, _, _ = mx_matmul_lib._fast_plan(
       int32(a.scales), int32(b.scales),
       a.data.shape[1], a.data.dtype, b.data.dtype)
@@ -109,18 +109,18 @@ def test_scaled_matmul_errors():
   # The malformed operands are made in NumPy: slicing or converting a
   # jax.Array eagerly compiles a program for each.
   host = np.ones((4, 32), jnp.float8_e4m3fn)
-  a = jnp.asarray(host)
+  a = jax.device_put(host)
   with pytest.raises(TypeError, match="`a` argument to `scaled_matmul`"):
-    ops.scaled_matmul(jnp.asarray(np.ones((4, 32), np.float32)), a, 1.0, 1.0)
+    ops.scaled_matmul(jax.device_put(np.ones((4, 32), np.float32)), a, 1.0, 1.0)
   with pytest.raises(NotImplementedError, match="float8_e4m3fnuz"):
-    ops.scaled_matmul(jnp.asarray(host.astype(jnp.float8_e4m3fnuz)), a, 1.0,
+    ops.scaled_matmul(jax.device_put(host.astype(jnp.float8_e4m3fnuz)), a, 1.0,
                       1.0)
   with pytest.raises(ValueError, match="same K"):
-    ops.scaled_matmul(a, jnp.asarray(host[:, :16]), 1.0, 1.0)
+    ops.scaled_matmul(a, jax.device_put(host[:, :16]), 1.0, 1.0)
   with pytest.raises(ValueError, match="2-D"):
-    ops.scaled_matmul(jnp.asarray(host[0]), a, 1.0, 1.0)
+    ops.scaled_matmul(jax.device_put(host[0]), a, 1.0, 1.0)
   with pytest.raises(ValueError, match="per-tensor scale"):
-    ops.scaled_matmul(a, a, jnp.asarray(np.ones(2, np.float32)), 1.0)
+    ops.scaled_matmul(a, a, jax.device_put(np.ones(2, np.float32)), 1.0)
   with pytest.raises(TypeError, match="b_scale"):
     ops.scaled_matmul(a, a, 1.0, "2")
   with pytest.raises(NotImplementedError, match="out_dtype"):
@@ -167,7 +167,7 @@ def test_mx_matmul_errors():
                                                     (1, 1, 8), (9, 2, 1)])
 def test_grouped_program_order_covers_every_tile_once(grid_m, grid_n,
                                                       group_m):
-  pids = jnp.asarray(np.arange(grid_m * grid_n, dtype=np.int32))
+  pids = jax.device_put(np.arange(grid_m * grid_n, dtype=np.int32))
   i, j = common.tile_of_program(pids, grid_m, grid_n, group_m)
   tiles = sorted(zip(np.asarray(i).tolist(), np.asarray(j).tolist()))
   assert tiles == [(a, b) for a in range(grid_m) for b in range(grid_n)]
@@ -268,7 +268,7 @@ class TestCompiledKernels:
     b = jnp.zeros((4, 32), jnp.float8_e4m3fn)
     assert ops.scaled_matmul(a, b, 1.0, 1.0,
                              interpret=self.INTERPRET).shape == (0, 4)
-    empty = jnp.asarray(np.zeros((4, 0), jnp.float8_e4m3fn))
+    empty = jax.device_put(np.zeros((4, 0), jnp.float8_e4m3fn))
     out = ops.scaled_matmul(empty, empty, 1.0, 1.0, interpret=self.INTERPRET)
     np.testing.assert_array_equal(np.asarray(out, np.float32),
                                   np.zeros((4, 4)))
@@ -377,14 +377,14 @@ class TestCompiledKernels:
     assert "pallas_call" in str(jaxpr)
     out = ops.dot_general(lhs, rhs, dims, interpret=self.INTERPRET)
     # operands widened in NumPy (exact); the float32 product stays XLA's
-    f32 = lambda x: jnp.asarray(np.asarray(x).astype(np.float32))
+    f32 = lambda x: jax.device_put(np.asarray(x).astype(np.float32))
     want = jax.lax.dot_general(f32(lhs), f32(rhs), dims,
                                precision=jax.lax.Precision.HIGHEST)
     assert out.dtype == jnp.float32 and out.shape == want.shape
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6,
                                atol=1e-6)
     # Batch dimensions: lax.dot_general itself (on any backend).
-    lhs1 = jnp.asarray(np.asarray(lhs)[None])
+    lhs1 = jax.device_put(np.asarray(lhs)[None])
     batched = ops.dot_general(lhs1, lhs1,
                               (((3,), (3,)), ((0,), (0,))))
     kept = shapes[0][:-1]
@@ -413,7 +413,7 @@ class TestCompiledKernels:
     # interpret=None: the jnp reference on CPU, the compiled kernel on a GPU.
     interpret = None if default else self.INTERPRET
     # a @ a.T = 512 per entry
-    a = jnp.asarray(np.full((2, 32), 4.0, jnp.float8_e4m3fn))
+    a = jax.device_put(np.full((2, 32), 4.0, jnp.float8_e4m3fn))
     cases = [(2.0**127, 2.0**-120, 512 * 2.0**7),  # product 2^7: one multiply
              (2.0**-120, 2.0**127, 512 * 2.0**7),
              # product overflows, result too
@@ -437,14 +437,14 @@ class TestCompiledKernels:
                             interpret=interpret)
     assert np.isinf(np.asarray(big)).all()
     # a @ a.T = 2^-13
-    tiny = jnp.asarray(np.full((2, 32), 2.0**-9, jnp.float8_e4m3fn))
+    tiny = jax.device_put(np.full((2, 32), 2.0**-9, jnp.float8_e4m3fn))
     out = ops.scaled_matmul(tiny, tiny, 2.0**120, 2.0**20,
                             out_dtype=jnp.float32, interpret=interpret)
     assert float(np.asarray(out)[0, 0]) == 2.0**127
 
   def test_dot_general_precision_as_lax_takes_it(self):
-    x = jnp.asarray(np.ones((2, 3, 32), jnp.float8_e4m3fn))
-    w = jnp.asarray(np.ones((32, 5), jnp.float8_e4m3fn))
+    x = jax.device_put(np.ones((2, 3, 32), jnp.float8_e4m3fn))
+    w = jax.device_put(np.ones((32, 5), jnp.float8_e4m3fn))
     dims = (((2,), (0,)), ((), ()))
     for p in ("DEFAULT", "highest", "float32", jax.lax.Precision.HIGH,
               (jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT)):

@@ -68,7 +68,7 @@ def _normal(seed, shape, scale=1.0):
   """float32 N(0, scale^2) test inputs from NumPy: their source doesn't
   matter to these tests, and jax.random would compile per shape."""
   x = np.random.default_rng(seed).standard_normal(shape) * scale
-  return jnp.asarray(x.astype(np.float32))
+  return jax.device_put(x.astype(np.float32))
 
 
 def _rel(a, b):
@@ -193,8 +193,8 @@ def test_high_precision_weight_gradient_and_jit():
       dx, _qdq64(g, [1], "mxfp8_e4m3") @ _qdq64(w, [1], "mxfp8_e4m3").T,
       rtol=1e-5, atol=1e-5)
   # bf16 operands give bf16 results and gradients
-  xb = jnp.asarray(np.asarray(x).astype(jnp.bfloat16))
-  wb = jnp.asarray(np.asarray(w).astype(jnp.bfloat16))
+  xb = jax.device_put(np.asarray(x).astype(jnp.bfloat16))
+  wb = jax.device_put(np.asarray(w).astype(jnp.bfloat16))
   yb, vjp = jax.vjp(lambda a, b: mx.dot_general(a, b, dims), xb, wb)
   assert yb.dtype == jnp.bfloat16
   assert [t.dtype for t in vjp(yb)] == [jnp.bfloat16, jnp.bfloat16]
@@ -239,7 +239,7 @@ def test_recipes_and_strings():
 def test_grad_through_quantize_dequantize_is_straight_through():
   x = np.asarray(_normal(0, (4, 64), 100.0)).copy()
   x[0, 0] = 1e6  # saturates in e4m3 under floor: still passes
-  x = jnp.asarray(x)
+  x = jax.device_put(x)
   c = _normal(1, x.shape)
   for fmt in ["mxfp8_e4m3", "mxfp6_e3m2", "mxfp4_e2m1", "nvfp4", "mxint8"]:
     g = jax.grad(lambda v: (mx.quantize(v, fmt).dequantize() * c).sum())(x)
@@ -250,7 +250,7 @@ def test_grad_through_quantize_dequantize_is_straight_through():
     np.testing.assert_allclose(g, c, rtol=1e-2)
     g = jax.grad(lambda v: (mx.fake_quantize(v, fmt) * c).sum())(x)
     np.testing.assert_array_equal(g, c)
-  y = mx.fake_quantize(jnp.asarray(np.asarray(x).astype(jnp.bfloat16)),
+  y = mx.fake_quantize(jax.device_put(np.asarray(x).astype(jnp.bfloat16)),
                        "mxfp4")
   assert y.dtype == jnp.bfloat16
   # views keep the straight-through source
@@ -295,13 +295,13 @@ def test_a_path_without_gradient_raises():
   # Operands built in NumPy: their values don't matter here.
   e = np.arange(64.0, dtype=np.float32).reshape(2, 32).astype(
       jnp.float8_e4m3fn)
-  s = jnp.asarray(np.full((2, 1), 127, np.uint8))
+  s = jax.device_put(np.full((2, 1), 127, np.uint8))
 
   def loss(elements):
     return mx.from_scaled(elements, s, "mxfp8_e4m3").dequantize().sum()
 
   with pytest.raises(TypeError, match="carries no gradient"):
-    jax.grad(loss)(jnp.asarray(e))
+    jax.grad(loss)(jax.device_put(e))
 
 
 # -- MXArray views -------------------------------------------------------------

@@ -146,7 +146,7 @@ def arrays(draw, elements=FLOATS, shapes=SHAPES):
       return data
     if form == "bf16":
       # Rounded in NumPy: an eager astype compiles once per shape.
-      return jnp.asarray(data.astype(np.float32).astype(jnp.bfloat16))
+      return jax.device_put(data.astype(np.float32).astype(jnp.bfloat16))
     if form == "int64":
       return np.nan_to_num(np.clip(data, -2.0**62, 2.0**62)).astype(np.int64)
     if form == "py":

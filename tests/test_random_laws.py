@@ -194,7 +194,7 @@ def test_refinement_gives_each_split_sample_its_own_slot():
   split[:, :] &= np.cumsum(split, axis=1) <= exact._SLOTS  # no overflow
   split = split.ravel()
   key = jax.random.key(3)
-  r = np.asarray(_jit_refinement(key, jnp.asarray(split), n))
+  r = np.asarray(_jit_refinement(key, jax.device_put(split), n))
   k_pool, _ = jax.random.split(key)
   pool = np.asarray(bits_lib.uint16(k_pool, n // 32 * exact._SLOTS)).reshape(
       -1, exact._SLOTS)
@@ -221,7 +221,7 @@ def test_refinement_overflow_takes_a_fresh_stream():
   split = np.zeros(n, bool)
   split[:exact._SLOTS + 1] = True  # one group needs five slots
   key = jax.random.key(4)
-  r = np.asarray(_jit_refinement(key, jnp.asarray(split), n))
+  r = np.asarray(_jit_refinement(key, jax.device_put(split), n))
   _, k_fallback = jax.random.split(key)
   np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
 
@@ -270,7 +270,7 @@ def test_table_is_drawn_by_a_tree_with_its_own_law(fmt, table_bits):
 def test_ranks_are_distinct_and_dense(p):
   rng = np.random.default_rng(1)
   mask = rng.random((32, 96)) < p
-  rank, total = _jit_ranks(jnp.asarray(mask))
+  rank, total = _jit_ranks(jax.device_put(mask))
   assert int(total) == mask.sum()
   np.testing.assert_array_equal(np.sort(np.asarray(rank)[mask]),
                                 np.arange(mask.sum()))
@@ -280,7 +280,7 @@ def test_tree_refinement_gives_each_deep_sample_its_own_slot():
   rng = np.random.default_rng(2)
   deep = rng.random((32, 64)) < 0.2
   key = jax.random.key(3)
-  rank, total = _jit_ranks(jnp.asarray(deep))
+  rank, total = _jit_ranks(jax.device_put(deep))
   slots = 4 * 128
   r = jax.jit(exact.refinement, static_argnums=(3, 4))(
       key, rank, total, slots, 1)[0]

@@ -54,7 +54,7 @@ def test_current_scaling_round_trip(fmt, power_of_two):
   # jax.random / .at[] ops compile.
   x = np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 1e3
   x[0] = -3e3
-  x = jnp.asarray(x)
+  x = jax.device_put(x)
   s = P.CurrentScaling(fmt, power_of_two=power_of_two)
   q, scale = s.quantize(x)
   vals = _f64(q)
@@ -70,8 +70,8 @@ def test_current_scaling_round_trip(fmt, power_of_two):
   assert (err <= 0.5 * rel_step * np.abs(np.asarray(x))[big] * 1.0001).all()
   if power_of_two:  # values on the scaled grid stay exact
     # exact: a power-of-two scale times grid points, in float32
-    on_grid = jnp.asarray(fmt.values[-5:].astype(np.float32)
-                          * np.asarray(scale, np.float32))
+    on_grid = jax.device_put(fmt.values[-5:].astype(np.float32)
+                             * np.asarray(scale, np.float32))
     np.testing.assert_array_equal(
         _f64(P.dequantize(P.quantize(on_grid, fmt, scale), scale)),
         np.asarray(on_grid, np.float64))
@@ -191,7 +191,7 @@ def test_loss_scale_scale_unscale_keeps_dtypes():
   np.testing.assert_array_equal(back["f"], tree["f"])
   assert bool(P.all_finite(tree)) and not bool(
       P.all_finite({"a": jnp.array([jnp.nan])}))
-  assert bool(P.all_finite({"i": jnp.asarray(np.arange(3, dtype=np.int32))}))
+  assert bool(P.all_finite({"i": jax.device_put(np.arange(3, dtype=np.int32))}))
   with pytest.raises(ValueError, match="scalar"):
     ls.adjust(jnp.array([True, False]))
 
