@@ -469,7 +469,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                           block_size=_block(recipe, fmt))
   validate.check_array(lhs, "lhs", fn)
   validate.check_array(rhs, "rhs", fn)
-  lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+  lhs, rhs = device_array(lhs), device_array(rhs)
   dims = _normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim, fn)
   # Integer operands multiply as float32; gradients come back in each
   # operand's (float) dtype, the result in the promoted one.
