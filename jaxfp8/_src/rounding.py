@@ -186,7 +186,14 @@ def _round_jit(x, rand, fmt_name: str, rounding: str, saturate: bool,
     # (Bit-identical to the integer path: the tests check both.) Formats with
     # values below float32's smallest normal (bfloat16's subnormals) take the
     # integer path: XLA on CPU flushes float32 subnormals in clip and convert.
-    return jnp.clip(x, -fmt.max, fmt.max).astype(fmt.dtype)
+    x = jnp.clip(x, -fmt.max, fmt.max)
+    if not fmt.has_negative_zero:
+      # A negative value that rounds to zero is +0 in a format without -0.
+      # XLA's CPU elemental emitter (``--xla_cpu_use_fusion_emitters=false``
+      # on JAX 0.10) gives the NaN code 0x80 instead.
+      x = jnp.where(jnp.abs(x) <= np.float32(fmt.min_subnormal / 2),
+                    np.float32(0), x)
+    return x.astype(fmt.dtype)
   bits = lax.bitcast_convert_type(x, _U32)
   mag, neg, nan_in, inf_in = _classify(bits)
   mag = round_magnitude(jnp.where(nan_in | inf_in, _U32(0), mag), neg, fmt,
