@@ -5,27 +5,26 @@ every run draws the same cases, and sized so tests/test_properties.py runs in
 about a minute on two cores) and ``long`` (ten times the examples, by hand:
 ``HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py``).
 
-XLA compiles the suite's programs at LLVM ``-O0``: most of the suite's time is
-XLA compiling thousands of small programs that then run once, and ``-O0`` cuts
-the CPU time of compile-heavy files by a fifth to two fifths (measured on
-tests/test_random.py and tests/test_es.py). LLVM keeps IEEE semantics at every
-level (XLA's fast math is off), so results are the same bit for bit.
-``JAXFP8_TEST_XLA_OPT=default`` keeps XLA's own level. Subprocesses the tests
-start inherit it: they add their own flags to ``XLA_FLAGS``.
+XLA compiles the suite's programs with cheaper code generation (LLVM ``-O0``
+and, on jaxlib 0.10, XLA's elemental IR emitter): most of the suite's time is
+XLA compiling thousands of small programs that then run once. tests/xla_flags.py
+says what each flag costs and which tests run without it;
+``JAXFP8_TEST_XLA_OPT=default`` keeps XLA's own settings. Subprocesses the tests
+start inherit the flags: they add their own to ``XLA_FLAGS``.
 """
 import os
 import sys
 
 import hypothesis
 
-_OPT = os.environ.get("JAXFP8_TEST_XLA_OPT", "0")
-if (_OPT != "default"
-    and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")):
-  os.environ["XLA_FLAGS"] = " ".join(
-      filter(None, [os.environ.get("XLA_FLAGS", ""),
-                    f"--xla_backend_optimization_level={_OPT}"]))
-
 sys.path.insert(0, os.path.dirname(__file__))
+
+import xla_flags  # pylint: disable=g-import-not-at-top
+
+_have = os.environ.get("XLA_FLAGS", "")
+_add = [f for f in xla_flags.suite_flags() if f.split("=")[0] not in _have]
+if _add:
+  os.environ["XLA_FLAGS"] = " ".join(filter(None, [_have] + _add))
 
 _SHARED = dict(deadline=None, derandomize=True,
                suppress_health_check=[hypothesis.HealthCheck.too_slow])
@@ -43,6 +42,7 @@ _LONG_FIRST = (
     "tests/test_es_sharding.py",
     "tests/test_mx_train_example.py",
     "tests/test_es_example.py",
+    "tests/test_default_codegen.py",
     "tests/test_report.py::test_a_hung_operation_is_a_timeout_cell",
     "tests/test_policy_example.py",
     "tests/test_mx_sharding.py",

@@ -6,16 +6,19 @@ import re
 import subprocess
 import sys
 
+import xla_flags
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _default_optimization_env() -> dict[str, str]:
-  """The environment without conftest's ``-O0`` flag: the example spends its
-  time running 800 generations, not compiling, and runs 2.7x faster at XLA's
-  default level (measured: 7.3 s against 19.5 s on 2 idle cores)."""
-  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_backend_optimization_level")]
-  return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+  """The environment without conftest's code generation flags: the example
+  spends its time running 800 generations, not compiling, and runs 2.7x faster
+  at XLA's default level (measured: 7.3 s against 19.5 s on 2 idle cores) and
+  a further 1.3x faster with XLA's fusion emitters (10.1 s against 13.0 s)."""
+  env = xla_flags.default_codegen_env(JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = xla_flags.without(env["XLA_FLAGS"], xla_flags.OPT_LEVEL)
+  return env
 
 
 def test_neuroevolution_quick_fp8_matches_fp32():

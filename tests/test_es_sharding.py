@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+import xla_flags
+
 _CHILD = textwrap.dedent(r"""
     import json, re
     import jax, jax.numpy as jnp, numpy as np, optax
@@ -100,9 +102,10 @@ _CHILD = textwrap.dedent(r"""
 
 @pytest.fixture(scope="module")
 def results():
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-             + " --xla_force_host_platform_device_count=4")
+  # XLA's own emitters: float32 bit-equality of a program and its sharded
+  # twin is a property of them (the elemental emitter's can differ).
+  env = xla_flags.default_codegen_env(JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] += " --xla_force_host_platform_device_count=4"
   proc = subprocess.run([sys.executable, "-c", _CHILD], env=env,
                         capture_output=True, text=True, timeout=300)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
