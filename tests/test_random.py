@@ -115,9 +115,15 @@ def assert_matches(counts, probs, values):
 def test_counts_match_law(case, method, fmt):
   dist, params, call = case
   key = jax.random.key(zlib.crc32(f"{case_id(case)}{method}{fmt}".encode()))
+  probs = expected_law(dist, fmt, method, params)
   counts = value_counts(call(key, fmt, method), fmt)
-  assert_matches(counts, expected_law(dist, fmt, method, params),
-                 formats.get(fmt).values)
+  if chi_square(counts, probs)[2] <= 1e-4:
+    # Hundreds of these tests run at p > 1e-4: an exact sampler fails one by
+    # chance in a few runs of the suite whenever the random stream changes.
+    # A failure must then repeat on an independent key (a bias this test can
+    # see gives p far below 1e-4 on both).
+    counts = value_counts(call(jax.random.fold_in(key, 1), fmt, method), fmt)
+  assert_matches(counts, probs, formats.get(fmt).values)
 
 
 def test_table_law_is_detectably_not_exact():

@@ -11,6 +11,7 @@
 """
 import jax
 import jax.numpy as jnp
+from jax.extend import random as jax_extend_random
 import numpy as np
 import pytest
 from scipy import stats
@@ -216,6 +217,47 @@ def test_packed_bits_are_uniform_and_independent(width):
     assert abs(c) < 5 / np.sqrt(n)
 
 
+@pytest.mark.parametrize("n", [1, 7, 512, 1000, 3 * 2**14 + 1])
+def test_threefry_words_are_both_hash_words_of_each_counter(n):
+  # Words 2i and 2i + 1: Threefry-2x32 of the counter (0, i), the counter
+  # jax.random.bits hashes for its element i (it keeps their XOR).
+  key = jax.random.key(n)
+  got = np.asarray(jax.jit(bits_lib.words, static_argnums=1)(key, n))
+  raw = np.asarray(bits_lib.words(jax.random.PRNGKey(n), n))
+  half = -(-n // 2)
+  counters = np.concatenate([np.zeros(half, np.uint32),
+                             np.arange(half, dtype=np.uint32)])
+  y = np.asarray(jax_extend_random.threefry_2x32(
+      jax.random.key_data(key), jax.device_put(counters))).reshape(2, half)
+  want = y.T.reshape(-1)[:n]
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(raw, want)
+  np.testing.assert_array_equal(
+      y[0] ^ y[1], np.asarray(jax.random.bits(key, (half,), jnp.uint32)))
+  batch = jax.vmap(lambda k: bits_lib.words(k, n))(jax.random.split(key, 3))
+  np.testing.assert_array_equal(
+      batch[1], bits_lib.words(jax.random.split(key, 3)[1], n))
+
+
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
+def test_other_key_implementations_draw_jax_random_bits(impl):
+  key = jax.random.key(5, impl=impl)
+  for n in (6, 7):
+    np.testing.assert_array_equal(
+        np.asarray(bits_lib.words(key, n)),
+        np.asarray(jax.random.bits(key, (n + (n & 1),), jnp.uint32))[:n])
+
+
+def test_threefry_words_are_uniform_and_independent():
+  w = np.asarray(bits_lib.words(jax.random.key(11), 1 << 16))
+  bit = (w[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+  n = len(w)
+  assert np.all(np.abs(bit.mean(0) - 0.5) < 5 * 0.5 / np.sqrt(n))
+  for a, b in [(bit[:-1], bit[1:]), (bit[0::2], bit[1::2])]:
+    c = ((a - 0.5) * (b - 0.5)).mean(0) / 0.25  # neighbours, a hash's pair
+    assert np.all(np.abs(c) < 5 / np.sqrt(n // 2)), c
+
+
 def test_refinement_overflow_takes_a_fresh_stream():
   n = 128
   split = np.zeros(n, bool)
@@ -285,8 +327,7 @@ def test_tree_refinement_gives_each_deep_sample_its_own_slot():
   r = jax.jit(exact.refinement, static_argnums=(3, 4))(
       key, rank, total, slots, 1)[0]
   k_pool, _ = jax.random.split(key)
-  pool = np.asarray(jax.random.bits(k_pool, (slots // 4,), jnp.uint32)).view(
-      np.uint8)
+  pool = np.asarray(bits_lib.words(k_pool, slots // 4)).view(np.uint8)
   np.testing.assert_array_equal(np.asarray(r)[deep],
                                 pool[np.asarray(rank)[deep]])
 

@@ -12,18 +12,56 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.random import threefry2x32_p
 
 
 def words(key, n: int) -> jax.Array:
   """``n`` independent uniform uint32 words.
 
-  Drawn as an even count (one word more for odd ``n``, then dropped):
-  ``jax.random.bits`` costs 9x more per word at odd counts on CPU (12.6 ns
-  against 1.4 ns at 2^20 + 1 and 2^20 words).
+  Threefry keys (JAX's default) go through the Threefry-2x32 hash directly,
+  keeping both of its output words: words ``2i`` and ``2i + 1`` are the hash
+  of the 64-bit counter ``i`` (high word 0, low word ``i``), the counter
+  ``jax.random.bits`` uses for its element ``i``. That scheme hashes once per
+  word (and returns the XOR of the pair), which measured about 2x the time
+  per word on CPU (0.8-1.0 ns against 1.8-1.9 ns at 2^20 words). The
+  counters are an iota and a word depends on its own counter only, so a
+  sharded draw computes only its own shard's words.
+
+  Other keys draw ``jax.random.bits`` of an even count (one word more for odd
+  ``n``, then dropped): it costs 9x more per word at odd counts on CPU
+  (12.6 ns against 1.4 ns at 2^20 + 1 and 2^20 words).
   """
-  if n & 1:
-    return jax.random.bits(key, (n + 1,), jnp.uint32)[:n]
-  return jax.random.bits(key, (n,), jnp.uint32)
+  if _is_threefry(key) and n < (1 << 32):
+    m = -(-n // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
+    data = jax.random.key_data(key) if _typed(key) else key
+    counter = lax.iota(jnp.uint32, m // 2)
+    pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
+                               counter)
+    out = jnp.stack(pair, axis=-1).reshape(m)
+  else:
+    m = n + (n & 1)
+    out = jax.random.bits(key, (m,), jnp.uint32)
+  return out[:n] if m != n else out
+
+
+# Threefry draws are whole blocks of this many words (the rest dropped): the
+# hash over other lengths (odd halves above all) measured up to 3x slower per
+# word (12.2 ms against 3.6 ms for 1,398,102 words, 1,398,272 with the
+# padding, consumed by 10-bit table lookups).
+_THREEFRY_BLOCK = 512
+
+
+def _typed(key) -> bool:
+  return jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+
+
+def _is_threefry(key) -> bool:
+  """Whether ``key`` (typed, or raw of the default implementation) is a
+  Threefry-2x32 key."""
+  if _typed(key):
+    return str(jax.random.key_impl(key)) == "threefry2x32"
+  return (key.dtype == jnp.uint32 and key.shape == (2,)
+          and str(jax.config.jax_default_prng_impl) == "threefry2x32")
 
 
 def uint16(key, n: int) -> jax.Array:

@@ -12,7 +12,8 @@ perturbations of ``params`` parameters:
   rounded into ``fmt``) against float32 candidates cast to ``fmt``.
 
 Ratios are throughput over float32-then-cast's (higher is faster). Target:
->= 1.5x for ``perturbations`` (exact method) at 4096 x 10,000.
+>= 3x for ``perturbations`` (exact method, not antithetic) at 4096 x 10,000
+(issue #17; it was 1.5x before).
 
 Formats the installed JAX can't hold in arrays (float6 on JAX 0.10) have no
 ``astype``: their baselines round the float32 draws with :func:`jaxfp8.cast`
@@ -46,6 +47,9 @@ from jaxfp8._src import formats
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import config
+
+# Throughput of perturbations (exact, not antithetic) over float32-then-cast.
+_SPEED_TARGET = 3.0
 
 
 def _num(x: float) -> str:
@@ -268,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
       _rows(med, groups, pop * n)))
   if "perturbations exact" in med:
     exact = med["float32-then-cast"] / med["perturbations exact"]
-    print(f"\ntarget >= 1.5x over float32-then-cast (exact, not antithetic): "
-          f"{exact:.2f}x -> {'met' if exact >= 1.5 else 'MISSED'}")
+    print(f"\ntarget >= {_SPEED_TARGET:g}x over float32-then-cast (exact, not "
+          f"antithetic): {exact:.2f}x -> "
+          f"{'met' if exact >= _SPEED_TARGET else 'MISSED'}")
   return 0
 
 
