@@ -298,14 +298,20 @@ def test_ddg_tree_samples_the_masses_exactly(case, fmt):
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2",
                                  "float4_e2m1fn"])
-@pytest.mark.parametrize("table_bits", [8, 16])
-def test_table_is_drawn_by_a_tree_with_its_own_law(fmt, table_bits):
+@pytest.mark.parametrize("table_bits", [8, 9, 16])
+def test_table_is_one_lookup_with_its_own_law(fmt, table_bits):
   p = table_method.sampling_plan("normal", fmt, (), table_bits)
   _, probs = table_method.table_law("normal", fmt, table_bits=table_bits)
   np.testing.assert_array_equal(tree_law(p, fmt) / 2**32, probs)
-  assert p.kind == "pure" or p.levels <= 2  # dyadic at 2^-16: two levels
+  assert p.kind == "pure" and len(p.main) == 1 << p.width
+  # At most table_bits bits, widened only where that costs no more words.
+  assert p.width >= table_bits or np.all(probs * 2**p.width % 1 == 0)
   assert table_method.bits_per_sample("normal", formats.get(fmt), {},
-                                      table_bits) <= 10
+                                      table_bits) == pytest.approx(
+      32 / (32 // p.width), rel=1e-5)
+  # Fewer bits than the exact method's 18 (alias tables, one 16-bit draw
+  # and the pooled refinement).
+  assert table_method.bits_per_sample("normal", formats.get(fmt), {}) <= 16
 
 
 @pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
@@ -340,7 +346,11 @@ def test_pool_slots_hold_ten_sigmas_on_a_coarse_grid(fmt, n_pad):
   grid of n_pad / 128 bytes (so nearby laws share a program), never more than
   every sample's bytes."""
   for dist in ("normal", "laplace", "cauchy"):
-    p = table_method.sampling_plan(dist, fmt, (), 16)
+    # The DDG tree of a table's law (dyadic at 2^-16: two levels).
+    _, probs = table_method.table_law(dist, fmt)
+    p = exact.plan_for_masses(laws.quantize(probs, 32),
+                              formats.get(fmt).codes)
+    assert p.kind == "ddg" and p.levels == 2
     p1, _ = p.fractions
     slots = exact.pool_slots(p, n_pad)
     need = n_pad * p1 + 10 * np.sqrt(n_pad * p1 * (1 - p1))

@@ -35,8 +35,12 @@ else, so ``P(i) = q_i / 2^32`` exactly.
 Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
 that plus 2 pooled for two-level tables, 18 (16 + 2 pooled) for alias tables.
 
-The table method's laws (dyadic at ``2^-16``) are drawn by the DDG tree
-sampler below (:func:`ddg_plan`, :func:`sample_plan`): ~9-10 bits.
+The DDG tree sampler below (:func:`ddg_plan`, :func:`sample_plan`) draws
+any of these laws exactly in 9-10 bits per sample (fp8 normal), near the
+entropy, but its pooled refinement (a rank and a gather for every sample)
+measured about 3x the time of a 16-bit lookup on CPU, so no method uses it
+for fp8 yet: the table method looks up (:mod:`table_method`), and
+:func:`sample_plan` also draws its pure tables.
 """
 from __future__ import annotations
 
@@ -141,7 +145,7 @@ class Plan(NamedTuple):
   width2: int = 0
 
 
-def _free_width(width: int) -> int:
+def free_width(width: int) -> int:
   """The widest draw costing the same words: 11 bits cost as much as 16 (two
   draws per word), 9 as much as 10 (three)."""
   return max(w for w in range(width, 17)
@@ -186,7 +190,7 @@ def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
   width = next((w for w in range(1, 17) if np.all(q % (1 << (32 - w)) == 0)),
                None)
   if width is not None:
-    width = _free_width(width)
+    width = free_width(width)
     candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width))))
   two = _two_level(q, codes)
   if two is not None:
@@ -508,11 +512,7 @@ def _tree_sample(key, main, pure, offset, *, kind, width, levels, slots,
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, _PAD)
   if kind == "pure":
-    per = bits_lib.per_word(width)
-    w = bits_lib.words(key, -(-n_pad // per))
-    shifts = jnp.arange(per, dtype=jnp.uint32) * width
-    u = (w[:, None] >> shifts) & jnp.uint32((1 << width) - 1)
-    codes = main[u.reshape(-1)[:n].astype(jnp.int32)]
+    codes = main[bits_lib.packed(key, n, width)]
     return codes_lib.from_codes(codes.reshape(shape), fmt)
   # Samples live as (32, G): lane-major, so that ranks() reads whole rows.
   k1, k2 = jax.random.split(key)
