@@ -142,11 +142,11 @@ def test_few_bits_where_the_law_allows():
   assert exact.bits_per_sample("uniform", e4m3, {}) == 32 / 3
   assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
   assert exact.bits_per_sample("normal", e4m3, {}) == 18
-  # e5m2's U[0,1) has an atom of 2^-17 at zero: 10 coarse bits, and 7 more
-  # for the 1/128 of draws below 2^-7.
+  # e5m2's U[0,1) has an atom of 2^-17 at zero: 16 coarse bits, and one more
+  # (drawn for every sample, 32 to a word) for the 8 buckets below 2^-13.
   p = exact.plan("uniform", "float8_e5m2", ())
-  assert (p.kind, p.width, p.fine, p.width2) == ("two_level", 10, 8, 7)
-  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) == 32 / 3 + 2
+  assert (p.kind, p.width, p.fine, p.width2) == ("two_level", 16, 8, 1)
+  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) == 17
 
 
 @pytest.mark.parametrize("fmt", FORMATS[:5])

@@ -12,10 +12,12 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   such a law in most formats (its masses are powers of two no smaller than
   half the smallest subnormal: 10 bits for float8_e4m3fn, 2 for float4).
 - **Two-level tables.** If all but at most 1/32 of the mass is pure at
-  ``w = 8`` or ``10`` bits and the rest is pure at most 8 bits further, a
-  draw lands in a fine bucket with probability <= 1/32 and then reads a
-  second table with 8 pooled refinement bits (see below). This is how
-  U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 12.7 bits, not 18.
+  16 bits and the rest is pure at ``w2 <= 8`` bits further, a draw takes 16
+  coarse bits and ``w2`` more (packed ``32 // w2`` to a word, drawn for every
+  sample: no pool), and reads a second table where the coarse bucket is a
+  fine one. U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 17 bits. (Until
+  2026-12-01 these plans drew 10 coarse bits and pooled the fine draws' 7:
+  12.7 bits, at 0.77x this plan's speed.)
 - **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
   table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
   a 16-bit threshold ``t``, packed in one uint32 (one gather per sample); the
@@ -23,17 +25,18 @@ sample picks value ``i`` with probability exactly ``q_i / 2^32``:
   most one bucket per value is split (``0 < t``), so a sample needs ``r``
   with probability at most ``(#values)/65536`` (0.4% for fp8).
 
-Refinement bits come from a small pool: every group of 32 samples owns two
-extra words (four 16-bit or eight 8-bit slots) and its k-th sample needing
+The alias tables' refinement bits come from a small pool: every group of 32
+samples owns two extra words (four 16-bit slots) and its k-th sample needing
 one takes slot k (k from a popcount of the group's mask: no sort, no scan).
 If any group needs more slots than it has (in 0.2% of calls of 2^22 fp8
-normal samples, 2% for cauchy, at most 5% for two-level plans), the whole
-batch takes its refinements from a fresh stream instead (``lax.cond``).
+normal samples, 2% for cauchy), the whole batch takes its refinements from a
+fresh stream instead (``lax.cond``).
 Either way each refinement used is uniform and independent of everything
 else, so ``P(i) = q_i / 2^32`` exactly.
 
 Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
-that plus 2 pooled for two-level tables, 18 (16 + 2 pooled) for alias tables.
+``16 + 32 / (32 // w2)`` for two-level tables, 18 (16 + 2 pooled) for alias
+tables.
 
 The DDG tree sampler below (:func:`ddg_plan`, :func:`sample_plan`) draws
 any of these laws exactly in 9-10 bits per sample (fp8 normal), near the
@@ -61,9 +64,9 @@ from jaxfp8._src.random import common
 
 _CAP = 1 << 16        # mass of one alias bucket, in units of 2^-32
 _GROUP = 32           # samples sharing one pool of refinement slots
-_POOL_WORDS = 2       # words per group: four 16-bit or eight 8-bit slots
+_POOL_WORDS = 2       # words per group: four 16-bit slots
 _SLOTS = 4            # 16-bit slots per group (alias tables)
-_SLOT_BITS = 8        # refinement bits of two-level tables
+_FINE_BITS = 8        # at most this many more bits in a fine bucket
 
 
 def _alias(q: np.ndarray, codes: np.ndarray):
@@ -153,16 +156,16 @@ def free_width(width: int) -> int:
 
 
 def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
-  """A coarse table for the bulk plus a fine one for a few buckets, if the
-  law is dyadic enough (uniform laws whose atoms near zero are tiny)."""
+  """A coarse 16-bit table for the bulk plus a fine one for a few buckets, if
+  the law is dyadic enough (uniform laws whose atoms near zero are tiny)."""
   edges = np.cumsum(q)[:-1]  # boundaries between values, in 2^-32 units
-  for width in (8, 10):
+  for width in (16,):
     unit = 1 << (32 - width)
     inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
     fine_buckets = np.unique(inner // unit)
     if len(fine_buckets) * 32 > (1 << width):  # more than 1/32 of the mass
       continue
-    width2 = next((w for w in range(1, _SLOT_BITS + 1)
+    width2 = next((w for w in range(1, _FINE_BITS + 1)
                    if np.all(inner % (unit >> w) == 0)), None)
     if width2 is None:
       continue
@@ -181,7 +184,9 @@ def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
 @functools.lru_cache(maxsize=256)
 def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
          ) -> Plan:
-  """The cheapest exact way to sample a law: pure, two-level or alias."""
+  """The cheapest exact way to sample a law: a pure table if one holds it
+  (at most 16 bits), else a two-level table if it takes no more bits than an
+  alias table's 18, else the alias table."""
   fmt = formats.get(fmt_name)
   _, probs = laws.rounded_law(dist, fmt, **dict(params))
   q = laws.quantize(probs, 32)
@@ -193,7 +198,7 @@ def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
     width = free_width(width)
     candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width))))
   two = _two_level(q, codes)
-  if two is not None:
+  if two is not None and _bits(two) <= _ALIAS_BITS:
     candidates.append(two)
   if not candidates:
     main, b, t = _alias(q, [int(c) for c in codes])
@@ -204,8 +209,13 @@ def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
   return min(candidates, key=_bits)
 
 
+_ALIAS_BITS = 16 + _POOL_WORDS * 32 / _GROUP
+
+
 def _bits(p: Plan) -> float:
   main = 32 / bits_lib.per_word(p.width)
+  if p.kind == "two_level":
+    return main + 32 / bits_lib.per_word(p.width2)
   return main if p.kind == "pure" else main + _POOL_WORDS * 32 / _GROUP
 
 
@@ -214,36 +224,30 @@ def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   return _bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
 
 
-def _refinement(key, split, n_pad: int, slot_bits: int = 16,
-                finish=lambda r: r):
-  """``finish(r)`` for ``slot_bits`` uniform bits ``r`` per split sample.
+def _refinement(key, split, n_pad: int, finish=lambda r: r):
+  """``finish(r)`` for 16 uniform bits ``r`` per split sample (uint16).
 
-  Each group of ``_GROUP`` samples owns ``_POOL_WORDS`` words: slots of
-  ``slot_bits`` bits; its k-th split sample takes slot k. If a group has more
-  split samples than slots, every sample takes fresh bits instead.
-  ``finish`` runs inside both branches, so it fuses with the bits it uses
-  (measured: faster for alias tables, slower for two-level ones).
+  Each group of ``_GROUP`` samples owns ``_POOL_WORDS`` words: 16-bit slots;
+  its k-th split sample takes slot k. If a group has more split samples than
+  slots, every sample takes fresh bits instead. ``finish`` runs inside both
+  branches, so it fuses with the bits it uses (measured faster for alias
+  tables).
   """
   groups = n_pad // _GROUP
-  per_word = 32 // slot_bits
-  slots = _POOL_WORDS * per_word
   k_pool, k_fallback = jax.random.split(key)
-  draw = bits_lib.uint16 if slot_bits == 16 else bits_lib.uint8
   m = split.reshape(groups, _GROUP).astype(jnp.uint32)
   lane = jnp.arange(_GROUP, dtype=jnp.uint32)
   word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
   rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
-  # Slot ``rank``: word rank // per_word of the group's pool, shifted.
+  # Slot ``rank``: word rank // 2 of the group's pool, shifted.
   pool = bits_lib.words(k_pool, groups * _POOL_WORDS).reshape(
       groups, _POOL_WORDS)
   w = pool[:, _POOL_WORDS - 1:]
   for k in range(_POOL_WORDS - 2, -1, -1):
-    w = jnp.where(rank < (k + 1) * per_word, pool[:, k:k + 1], w)
-  shift = (rank % per_word) * slot_bits
-  r = ((w >> shift) & jnp.uint32((1 << slot_bits) - 1)).astype(
-      jnp.uint16 if slot_bits == 16 else jnp.uint8)
-  overflow = jnp.any(lax.population_count(word) > slots)
-  return lax.cond(overflow, lambda: finish(draw(k_fallback, n_pad)),
+    w = jnp.where(rank < (k + 1) * 2, pool[:, k:k + 1], w)
+  r = ((w >> ((rank % 2) * 16)) & jnp.uint32(0xFFFF)).astype(jnp.uint16)
+  overflow = jnp.any(lax.population_count(word) > _SLOTS)
+  return lax.cond(overflow, lambda: finish(bits_lib.uint16(k_fallback, n_pad)),
                   lambda: finish(r.reshape(n_pad)))
 
 
@@ -260,9 +264,8 @@ def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
     k_main, k_ref = jax.random.split(key)
     u = bits_lib.packed(k_main, n_pad, width)
     is_fine = u < fine
-    r = _refinement(k_ref, is_fine, n_pad, _SLOT_BITS).astype(jnp.int32)
-    index = jnp.where(is_fine, (1 << width) + (u << width2)
-                      + (r >> (_SLOT_BITS - width2)), u)
+    r = bits_lib.packed(k_ref, n_pad, width2)
+    index = jnp.where(is_fine, (1 << width) + (u << width2) + r, u)
     codes = main[index]
   else:  # one gather of a packed entry: a | b << 8 | t << 16
     k_main, k_ref = jax.random.split(key)
@@ -273,7 +276,7 @@ def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
       below = r.astype(jnp.uint32) < (entry >> 16)
       return jnp.where(below, entry, entry >> 8).astype(jnp.uint8)
 
-    codes = _refinement(k_ref, u < fine, n_pad, 16, finish)
+    codes = _refinement(k_ref, u < fine, n_pad, finish)
   return codes_lib.from_codes(codes[:n].reshape(shape), fmt)
 
 
