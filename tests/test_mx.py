@@ -398,3 +398,28 @@ def test_nvfp4_corners_at_the_fast_path_boundary(mode):
     x[-1, 3] = np.nan
     assert float(mx.quantize(x, "nvfp4").tensor_scale) == 2.0**j
     check_against_reference(x, "nvfp4", mode)
+
+
+@pytest.mark.parametrize("tiny", [False, True])
+@pytest.mark.parametrize("fmt", ["mxfp6_e2m3", "mxfp6_e3m2"])
+def test_6bit_packing_is_the_same_in_the_branch_or_after_it(fmt, tiny,
+                                                            monkeypatch):
+  # compat.MX_PACK_6BIT_IN_BRANCH picks where the codes are packed (per JAX
+  # version, for speed): both places give the same bytes, in the fast branch
+  # and (a block below its range) the exact one, NaN blocks included.
+  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src import mx_quantize  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((8, 256)).astype(np.float32)
+  x[1, 40] = np.nan
+  if tiny:
+    x[2, :32] *= np.float32(2.0**-130)  # a block below the fast path's range
+  got = {}
+  for placement in (True, False):
+    monkeypatch.setattr(compat, "MX_PACK_6BIT_IN_BRANCH", placement)
+    mx_quantize._quantize_jit.clear_cache()
+    q = mx.quantize(jax.device_put(x), fmt)
+    got[placement] = (np.asarray(q.data), np.asarray(q.scales))
+  mx_quantize._quantize_jit.clear_cache()
+  for a, b in zip(got[True], got[False]):
+    np.testing.assert_array_equal(a, b)
