@@ -158,27 +158,26 @@ def free_width(width: int) -> int:
 def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
   """A coarse 16-bit table for the bulk plus a fine one for a few buckets, if
   the law is dyadic enough (uniform laws whose atoms near zero are tiny)."""
+  width = 16
+  unit = 1 << (32 - width)
   edges = np.cumsum(q)[:-1]  # boundaries between values, in 2^-32 units
-  for width in (16,):
-    unit = 1 << (32 - width)
-    inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
-    fine_buckets = np.unique(inner // unit)
-    if len(fine_buckets) * 32 > (1 << width):  # more than 1/32 of the mass
-      continue
-    width2 = next((w for w in range(1, _FINE_BITS + 1)
-                   if np.all(inner % (unit >> w) == 0)), None)
-    if width2 is None:
-      continue
-    # Fine buckets first, so that a draw is fine iff it is below their count.
-    order = np.concatenate([fine_buckets, np.setdiff1d(
-        np.arange(1 << width), fine_buckets)])
-    coarse = codes[np.searchsorted(edges, order * unit, side="right")]
-    sub = (fine_buckets[:, None] * unit
-           + np.arange(1 << width2)[None, :] * (unit >> width2)).ravel()
-    fine = codes[np.searchsorted(edges, sub, side="right")]
-    return Plan("two_level", width, np.concatenate([coarse, fine]),
-                fine=len(fine_buckets), width2=width2)
-  return None
+  inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
+  fine_buckets = np.unique(inner // unit)
+  if len(fine_buckets) * 32 > (1 << width):  # more than 1/32 of the mass
+    return None
+  width2 = next((w for w in range(1, _FINE_BITS + 1)
+                 if np.all(inner % (unit >> w) == 0)), None)
+  if width2 is None:
+    return None
+  # Fine buckets first, so that a draw is fine iff it is below their count.
+  order = np.concatenate([fine_buckets, np.setdiff1d(
+      np.arange(1 << width), fine_buckets)])
+  coarse = codes[np.searchsorted(edges, order * unit, side="right")]
+  sub = (fine_buckets[:, None] * unit
+         + np.arange(1 << width2)[None, :] * (unit >> width2)).ravel()
+  fine = codes[np.searchsorted(edges, sub, side="right")]
+  return Plan("two_level", width, np.concatenate([coarse, fine]),
+              fine=len(fine_buckets), width2=width2)
 
 
 @functools.lru_cache(maxsize=256)
