@@ -9,12 +9,13 @@ once, so conftest.py asks XLA's CPU backend for cheaper code generation:
   off.
 - ``--xla_cpu_use_fusion_emitters=false`` on jaxlib 0.10 (the flag is gone in
   0.11): XLA's elemental IR emitter instead of its MLIR fusion emitters.
-  About 2.4x less compile time; the whole suite went from 370 s to 258 s on
-  2 cores. Its float32 code may differ in the last bit between a program and
-  its sharded twin, and native float6 converts abort under it, so the tests of
-  those properties run without it (:func:`default_codegen_env`), and
-  tests/test_default_codegen.py runs the conversion tests again with XLA's own
-  emitters.
+  About 2.4x less compile time; the suite's wall time on 2 cores went from
+  351-390 s to 255-273 s (fresh clones, 2026-12-01). Its float32 code may
+  differ in the last bit between a program and its sharded twin, and more
+  native float6 operations abort under it, so the tests of those properties
+  run without it (:func:`default_codegen_env`), and
+  tests/test_default_codegen.py runs the conversion tests again with XLA's
+  own emitters.
 
 ``JAXFP8_TEST_XLA_OPT=default`` turns both off.
 """
