@@ -332,9 +332,13 @@ def _nan_blocks(codes, bad, mx: MXFormat):
   """
   fill = _nan_fill(mx) if mx.power_of_two_scales else 0
   codes = jnp.where(bad[..., None], jnp.asarray(fill, codes.dtype), codes)
-  if mx.bits == 6 and not compat.MX_PACK_6BIT_IN_BRANCH:
-    return codes
-  return mx_pack.pack_groups(codes, mx.bits) if mx.bits < 8 else codes
+  return mx_pack.pack_groups(codes, mx.bits) if _groups_in_branch(mx) else codes
+
+
+def _groups_in_branch(mx: MXFormat) -> bool:
+  """Whether a branch packs its codes into groups (:func:`_nan_blocks`), so
+  that :func:`_storage` only turns the groups into bytes."""
+  return mx.bits < 8 and (mx.bits != 6 or compat.MX_PACK_6BIT_IN_BRANCH)
 
 
 def _storage(groups, mx: MXFormat):
@@ -342,9 +346,11 @@ def _storage(groups, mx: MXFormat):
   groups = mx_pack.merge_last(groups)
   if mx.bits == 8 and mx.element is not INT8:
     return lax.bitcast_convert_type(groups, mx.element.dtype)
-  if mx.bits == 6 and not compat.MX_PACK_6BIT_IN_BRANCH:
-    return mx_pack.pack(groups, 6)  # the branch left the codes unpacked
-  return mx_pack.pack_bytes(groups, mx.bits) if mx.bits < 8 else groups
+  if mx.bits == 8:
+    return groups
+  if _groups_in_branch(mx):
+    return mx_pack.pack_bytes(groups, mx.bits)
+  return mx_pack.pack(groups, mx.bits)  # the branch left the codes unpacked
 
 
 def _one_of(fast_ok, fast, exact, rounding: str, *operands):
