@@ -31,10 +31,15 @@ def _raw_key_shape(impl: Any) -> tuple[int, ...]:
       lambda: jax.random.key_data(jax.random.key(0))).shape)
 
 
+def is_typed_key(key: jax.Array | np.ndarray) -> bool:
+  """Whether an array is of typed PRNG keys (jax.random.key), not raw uint32."""
+  return jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+
+
 def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
   """Returns ``key`` if it is a typed PRNG key or a raw uint32 key array."""
   if isinstance(key, (jax.Array, np.ndarray)):
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if is_typed_key(key):
       return key
     if key.dtype == np.uint32 and key.ndim >= 1:
       want = _raw_key_shape(getattr(jax.config, "jax_default_prng_impl", None))
@@ -54,7 +59,7 @@ def check_key(key: Any, fn: str, arg: str = "key") -> jax.Array:
 def check_single_key(key: Any, fn: str) -> jax.Array:
   """Like :func:`check_key`, and a ValueError for a batch of keys."""
   key = check_key(key, fn)
-  typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+  typed = is_typed_key(key)
   if key.ndim != (0 if typed else 1):
     raise ValueError(f"`key` argument to `{fn}` must be a single PRNG key, "
                      f"got a batch of keys of shape {key.shape} (jax.vmap "

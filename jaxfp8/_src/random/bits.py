@@ -14,6 +14,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.random import threefry2x32_p
 
+from jaxfp8._src import validate
+
 
 def words(key, n: int) -> jax.Array:
   """``n`` independent uniform uint32 words.
@@ -33,7 +35,7 @@ def words(key, n: int) -> jax.Array:
   """
   if _is_threefry(key) and n < (1 << 32):
     m = -(-n // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
-    data = jax.random.key_data(key) if _typed(key) else key
+    data = jax.random.key_data(key) if validate.is_typed_key(key) else key
     counter = lax.iota(jnp.uint32, m // 2)
     pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
                                counter)
@@ -51,14 +53,10 @@ def words(key, n: int) -> jax.Array:
 _THREEFRY_BLOCK = 512
 
 
-def _typed(key) -> bool:
-  return jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-
-
 def _is_threefry(key) -> bool:
   """Whether ``key`` (typed, or raw of the default implementation) is a
   Threefry-2x32 key."""
-  if _typed(key):
+  if validate.is_typed_key(key):
     return str(jax.random.key_impl(key)) == "threefry2x32"
   return (key.dtype == jnp.uint32 and key.shape == (2,)
           and str(jax.config.jax_default_prng_impl) == "threefry2x32")
