@@ -87,25 +87,17 @@ def test_cdf_and_sf_in_the_tails_and_at_infinity(case):
   assert np.all(np.diff(cdf) >= 0)
 
 
-def sampled_law(plan, fmt) -> np.ndarray:
-  """The law the exact method samples, read back from its tables (2^32 units)."""
+def tree_law(plan, fmt) -> np.ndarray:
+  """The law a plan samples, read back from its tables (2^32 units)."""
   index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
   q = np.zeros(len(formats.get(fmt).values), np.int64)
-  unit = 1 << (32 - plan.width)
-  coarse = plan.main[:1 << plan.width]
-  for j, c in enumerate(coarse):
-    if plan.kind == "alias":  # t to a, the rest to b
-      a, b, t = int(c) & 255, (int(c) >> 8) & 255, int(c) >> 16
-      assert (t != 0) == (j < plan.fine) and (t != 0 or a == b)
-      q[index[a]] += t
-      q[index[b]] += (1 << 16) - t
-    elif plan.kind == "two_level" and j < plan.fine:
-      sub = plan.main[(1 << plan.width) + (j << plan.width2):][
-          :1 << plan.width2]
-      for c2 in sub:
-        q[index[int(c2)]] += unit >> plan.width2
-    else:
-      q[index[int(c)]] += unit
+  if plan.kind == "pure":
+    for c in plan.main:
+      q[index[int(c)]] += 1 << (32 - plan.width)
+    return q
+  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
+    for c in plan.main[start:start + pure]:  # pure entries of level k
+      q[index[int(c)]] += 1 << (32 - 8 * k)
   return q
 
 
@@ -114,12 +106,17 @@ def sampled_law(plan, fmt) -> np.ndarray:
 def test_exact_tables_sample_the_law_within_2_to_minus_32(case, fmt):
   name, params, _ = case
   plan = exact.plan(name, fmt, tuple(sorted(params.items())))
-  q = sampled_law(plan, fmt)
+  q = tree_law(plan, fmt)
   assert q.sum() == 2**32
   _, probs = laws.rounded_law(name, fmt, **params)
   np.testing.assert_array_equal(q, laws.quantize(probs, 32))
   assert np.all(np.abs(q / 2**32 - probs) < 2**-32)
-  assert plan.fine < len(probs)  # at most one split bucket per value
+  if plan.kind == "ddg":  # four levels at most, the last without deep entries
+    assert len(plan.deep) == 4 and plan.deep[-1] == 0
+    sizes = [256] + [d * 256 for d in plan.deep[:-1]]
+    assert list(np.diff(list(plan.offset) + [len(plan.main)])) == sizes
+  else:
+    assert len(plan.main) == 1 << plan.width
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -129,24 +126,30 @@ def test_dyadic_uniform_is_exact(fmt, bounds):
   lo, hi = bounds
   params = {"minval": lo, "maxval": hi}
   _, probs = laws.rounded_law("uniform", fmt, **params)
-  q = sampled_law(exact.plan("uniform", fmt, tuple(sorted(params.items()))),
-                  fmt)
+  q = tree_law(exact.plan("uniform", fmt, tuple(sorted(params.items()))), fmt)
   np.testing.assert_array_equal(q / 2**32, probs)  # equal, not close
 
 
-def test_few_bits_where_the_law_allows():
-  e4m3 = formats.get("e4m3")
-  # U[0,1) in e4m3fn: masses are multiples of 2^-10 -> 10-bit draws, three
-  # to a word; in float4, of 2^-2 -> 2-bit draws, sixteen to a word.
-  assert exact.plan("uniform", "float8_e4m3fn", ()).width == 10
-  assert exact.bits_per_sample("uniform", e4m3, {}) == 32 / 3
+def test_the_plan_with_the_fewest_bits():
+  e4m3, e5m2 = formats.get("e4m3"), formats.get("e5m2")
+  # U[0,1) in float4: masses are multiples of 2^-2 -> 2-bit draws, sixteen
+  # to a word. In e4m3fn, of 2^-10: a 10-bit table costs 10.7 bits (three
+  # draws to a word), its DDG tree 8.3 (3.5% of samples take a second byte).
+  assert exact.plan("uniform", "float4_e2m1fn", ()).kind == "pure"
   assert exact.bits_per_sample("uniform", formats.get("e2m1"), {}) == 2
-  assert exact.bits_per_sample("normal", e4m3, {}) == 18
-  # e5m2's U[0,1) has an atom of 2^-17 at zero: 16 coarse bits, and one more
-  # (drawn for every sample, 32 to a word) for the 8 buckets below 2^-13.
-  p = exact.plan("uniform", "float8_e5m2", ())
-  assert (p.kind, p.width, p.fine, p.width2) == ("two_level", 16, 8, 1)
-  assert exact.bits_per_sample("uniform", formats.get("e5m2"), {}) == 17
+  p = exact.plan("uniform", "float8_e4m3fn", ())
+  assert (p.kind, p.levels) == ("ddg", 2)
+  assert exact.bits_per_sample("uniform", e4m3, {}) == pytest.approx(8.29,
+                                                                   abs=0.01)
+  # e5m2's U[0,1) has an atom of 2^-17 at zero: three levels.
+  assert exact.plan("uniform", "float8_e5m2", ()).levels == 3
+  assert exact.bits_per_sample("uniform", e5m2, {}) < 8.3
+  # Normal: near the entropy (6.45 and 5.49 bits), at most 10.
+  assert 9.9 < exact.bits_per_sample("normal", e4m3, {}) <= 10
+  assert 9.1 < exact.bits_per_sample("normal", e5m2, {}) <= 9.2
+  # A tie goes to the lookup: a law dyadic at 8 bits is one byte either way.
+  q = np.full(256, 1 << 24, np.int64)
+  assert exact.plan_for_masses(q, np.arange(256)).kind == "pure"
 
 
 @pytest.mark.parametrize("fmt", FORMATS[:5])
@@ -179,29 +182,6 @@ def test_chi_square_pools_small_bins_and_flags_impossible_values():
   assert chi_square(np.array([1, 499, 500, 0]),
                          np.array([0.0, 0.5, 0.5, 0.0]))[2] == 0.0
   assert chi_square(np.array([700, 300]), np.array([0.5, 0.5]))[2] < 1e-20
-
-
-# The samplers run these helpers under their own jit; jitted here too, so a
-# test compiles one program instead of one per eager op (80 for ranks).
-_jit_ranks = jax.jit(exact.ranks)
-_jit_refinement = jax.jit(exact._refinement, static_argnums=(2,))
-
-
-def test_refinement_gives_each_split_sample_its_own_slot():
-  n = 64 * 32
-  rng = np.random.default_rng(1)
-  split = rng.random(n) < 0.05
-  split = split.reshape(-1, 32)
-  split[:, :] &= np.cumsum(split, axis=1) <= exact._SLOTS  # no overflow
-  split = split.ravel()
-  key = jax.random.key(3)
-  r = np.asarray(_jit_refinement(key, jax.device_put(split), n))
-  k_pool, _ = jax.random.split(key)
-  pool = np.asarray(bits_lib.uint16(k_pool, n // 32 * exact._SLOTS)).reshape(
-      -1, exact._SLOTS)
-  for g in range(n // 32):
-    lanes = np.flatnonzero(split[g * 32:(g + 1) * 32])
-    np.testing.assert_array_equal(r[g * 32 + lanes], pool[g, :len(lanes)])
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 10, 16])
@@ -258,30 +238,6 @@ def test_threefry_words_are_uniform_and_independent():
     assert np.all(np.abs(c) < 5 / np.sqrt(n // 2)), c
 
 
-def test_refinement_overflow_takes_a_fresh_stream():
-  n = 128
-  split = np.zeros(n, bool)
-  split[:exact._SLOTS + 1] = True  # one group needs five slots
-  key = jax.random.key(4)
-  r = np.asarray(_jit_refinement(key, jax.device_put(split), n))
-  _, k_fallback = jax.random.split(key)
-  np.testing.assert_array_equal(r, np.asarray(bits_lib.uint16(k_fallback, n)))
-
-
-def tree_law(plan, fmt) -> np.ndarray:
-  """The law a DDG tree plan samples, read back from its levels (2^32 units)."""
-  index = {int(c): i for i, c in enumerate(formats.get(fmt).codes)}
-  q = np.zeros(len(formats.get(fmt).values), np.int64)
-  if plan.kind == "pure":
-    for c in plan.main:
-      q[index[int(c)]] += 1 << (32 - plan.width)
-    return q
-  for k, (start, pure) in enumerate(zip(plan.offset, plan.pure), 1):
-    for c in plan.main[start:start + pure]:  # pure entries of level k
-      q[index[int(c)]] += 1 << (32 - 8 * k)
-  return q
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("case", LAWS[:10], ids=law_id)
 def test_ddg_tree_samples_the_masses_exactly(case, fmt):
@@ -299,64 +255,133 @@ def test_ddg_tree_samples_the_masses_exactly(case, fmt):
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2",
                                  "float4_e2m1fn"])
 @pytest.mark.parametrize("table_bits", [8, 9, 16])
-def test_table_is_one_lookup_with_its_own_law(fmt, table_bits):
+def test_table_plan_samples_its_own_law_in_the_fewest_bits(fmt, table_bits):
   p = table_method.sampling_plan("normal", fmt, (), table_bits)
   _, probs = table_method.table_law("normal", fmt, table_bits=table_bits)
   np.testing.assert_array_equal(tree_law(p, fmt) / 2**32, probs)
-  assert p.kind == "pure" and len(p.main) == 1 << p.width
-  # At most table_bits bits, widened only where that costs no more words.
-  assert p.width >= table_bits or np.all(probs * 2**p.width % 1 == 0)
-  assert table_method.bits_per_sample("normal", formats.get(fmt), {},
-                                      table_bits) == pytest.approx(
-      32 / (32 // p.width), rel=1e-5)
-  # Fewer bits than the exact method's 18 (alias tables, one 16-bit draw
-  # and the pooled refinement).
-  assert table_method.bits_per_sample("normal", formats.get(fmt), {}) <= 16
+  bits = table_method.bits_per_sample("normal", formats.get(fmt), {},
+                                      table_bits)
+  if table_bits <= 8:  # one lookup of at most a byte
+    assert p.kind == "pure" and p.width <= 8
+    assert bits == pytest.approx(32 / (32 // p.width), rel=1e-5)
+  else:  # the tree of a law dyadic at 2^-16: two levels, fewer bits
+    assert p.kind == "ddg" and p.levels == 2
+    assert bits < 32 / (32 // table_bits)
+  # Never more bits than the exact method's tree of the exact law.
+  assert bits <= exact.bits_per_sample("normal", formats.get(fmt), {})
+
+
+_jit_masks = jax.jit(lambda m: (exact.group_masks(m),
+                                exact.exclusive_ranks(exact.group_masks(m))))
 
 
 @pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
-def test_ranks_are_distinct_and_dense(p):
+def test_group_masks_and_ranks(p):
   rng = np.random.default_rng(1)
   mask = rng.random((32, 96)) < p
-  rank, total = _jit_ranks(jax.device_put(mask))
-  assert int(total) == mask.sum()
-  np.testing.assert_array_equal(np.sort(np.asarray(rank)[mask]),
-                                np.arange(mask.sum()))
+  word, before = (np.asarray(a) for a in _jit_masks(jax.device_put(mask)))
+  bits = (word[None, :] >> np.arange(32, dtype=np.uint32)[:, None]) & 1
+  np.testing.assert_array_equal(bits.astype(bool), mask)
+  counts = mask.sum(0)
+  np.testing.assert_array_equal(before, np.cumsum(counts) - counts)
 
 
-def test_tree_refinement_gives_each_deep_sample_its_own_slot():
-  rng = np.random.default_rng(2)
-  deep = rng.random((32, 64)) < 0.2
-  key = jax.random.key(3)
-  rank, total = _jit_ranks(jax.device_put(deep))
-  slots = 4 * 128
-  r = jax.jit(exact.refinement, static_argnums=(3, 4))(
-      key, rank, total, slots, 1)[0]
-  k_pool, _ = jax.random.split(key)
-  pool = np.asarray(bits_lib.words(k_pool, slots // 4)).view(np.uint8)
-  np.testing.assert_array_equal(np.asarray(r)[deep],
-                                pool[np.asarray(rank)[deep]])
+_jit_pooled = jax.jit(exact._pooled_bytes, static_argnums=(6,))
 
+
+@pytest.mark.parametrize("levels", [2, 4])
+@pytest.mark.parametrize("p_deep, p_rare", [(0.05, 0.01), (0.25, 0.004),
+                                            (0.9, 0.1), (1.0, 0.0)])
+def test_each_sample_reads_its_own_pool_bytes(p_deep, p_rare, levels):
+  """Deep sample r (rank among the deep samples) gets byte r of the level-2
+  pool; rare sample s gets 16-bit slot s of the rare pool: distinct bytes,
+  whatever the groups' alignments in the windows."""
+  rng = np.random.default_rng(int(p_deep * 100) + levels)
+  g = 64
+  deep = rng.random((32, g)) < p_deep
+  rare = deep & (rng.random((32, g)) < p_rare / max(p_deep, 1e-9))
+  rare[:, 0] = False
+  rare[:8, 0] = deep[:8, 0] = True  # a group with 8 rare samples (the most)
+  m1, b1 = (np.asarray(a) for a in _jit_masks(jax.device_put(deep)))
+  m3, b3 = (np.asarray(a) for a in _jit_masks(jax.device_put(rare)))
+  words = int(deep.sum()) // 4 + exact._WINDOW
+  pool = rng.integers(0, 2**32, words, dtype=np.uint64).astype(np.uint32)
+  rare_words = int(rare.sum()) // 2 + exact._RARE_WINDOW
+  rare_pool = rng.integers(0, 2**32, rare_words,
+                           dtype=np.uint64).astype(np.uint32)
+  r2, r3 = _jit_pooled(jax.device_put(np.concatenate([pool, rare_pool])),
+                       words, m1, m3, b1, b3, levels)
+  as_bytes = pool.view(np.uint8)
+  rank2 = (np.cumsum(deep.T.ravel()) - 1).reshape(g, 32).T  # lane-major ranks
+  np.testing.assert_array_equal(np.asarray(r2)[deep], as_bytes[rank2[deep]])
+  if levels == 2:
+    assert r3 is None
+    return
+  slots = rare_pool.view(np.uint16)
+  rank3 = (np.cumsum(rare.T.ravel()) - 1).reshape(g, 32).T
+  np.testing.assert_array_equal(np.asarray(r3)[rare], slots[rank3[rare]])
+
+
+def test_overflow_conditions():
+  """Too many level-2 bytes, too many rare slots, or a group with more rare
+  slots than its window holds at its alignment (8 from an even slot, 7 from
+  an odd one)."""
+  def check(deep, rare, n_bytes, slots, levels=4):
+    m1, b1 = _jit_masks(jax.device_put(deep))
+    m3, b3 = _jit_masks(jax.device_put(rare))
+    return bool(exact.overflows(m1, m3, b1, b3, n_bytes, slots, levels))
+  deep = np.zeros((32, 4), bool)
+  rare = np.zeros((32, 4), bool)
+  deep[:10] = True  # 40 level-2 bytes
+  assert not check(deep, rare, 40, 0) and check(deep, rare, 39, 0)
+  rare[:8, 1] = True  # group 1: slots 0..7
+  assert not check(deep, rare, 40, 8) and check(deep, rare, 40, 7)
+  rare[0, 0] = True  # group 1 now starts at an odd slot: 1..8
+  assert check(deep, rare, 40, 100)
+  assert not check(deep, rare, 40, 100, levels=2)  # no rare samples there
 
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("n_pad", [128, 4096, 1 << 20, 3 << 20])
-def test_pool_slots_hold_ten_sigmas_on_a_coarse_grid(fmt, n_pad):
-  """The pool covers the mean plus ten standard deviations, whole words on a
-  grid of n_pad / 128 bytes (so nearby laws share a program), never more than
-  every sample's bytes."""
+def test_pool_sizes_hold_ten_sigmas(fmt, n_pad):
+  """Each region covers the mean plus ten standard deviations and a group,
+  in whole words, never more than a byte or slot per sample; its capacity
+  (the compiled size) is the next power of two, and what is drawn of it
+  stays within a part (capacity / 64) of the need."""
   for dist in ("normal", "laplace", "cauchy"):
-    # The DDG tree of a table's law (dyadic at 2^-16: two levels).
-    _, probs = table_method.table_law(dist, fmt)
-    p = exact.plan_for_masses(laws.quantize(probs, 32),
-                              formats.get(fmt).codes)
-    assert p.kind == "ddg" and p.levels == 2
-    p1, _ = p.fractions
-    slots = exact.pool_slots(p, n_pad)
-    need = n_pad * p1 + 10 * np.sqrt(n_pad * p1 * (1 - p1))
-    unit = 4 * max(1, n_pad // 512)
-    assert slots % unit == 0
-    assert min(need, n_pad) <= slots <= min(need + 32 + unit, n_pad)
+    p = exact.plan(dist, fmt, ())
+    assert p.kind == "ddg" and p.levels == 4
+    pool = exact._pool(p, n_pad)
+    for f, size, unit in zip(p.fractions, pool[:2], (4, 2)):
+      need = n_pad * f + 10 * np.sqrt(n_pad * f * (1 - f)) + 32
+      assert size % unit == 0
+      assert min(need, n_pad) <= size <= min(need + unit, n_pad)
+    cap = pool.capacity(n_pad)
+    assert pool.words + pool.rare_words <= cap
+    assert cap == max(1024, n_pad // 8)  # these laws share a program
+    drawn = pool.computed(n_pad)
+    part = bits_lib.part_words(cap)
+    assert cap % part == 0 and part <= max(512, cap // 256)
+    assert pool.words + pool.rare_words <= drawn < (
+        pool.words + pool.rare_words + part)
+
+
+_jit_upto = jax.jit(bits_lib.words_upto, static_argnums=2,
+                    static_argnames=("head", "part"))
+
+
+@pytest.mark.parametrize("count", [1, 511, 512, 513, 1024, 3000, 4096])
+def test_words_upto_draws_the_stream_up_to_count(count):
+  key = jax.random.key(9)
+  got = np.asarray(_jit_upto(key, count, 4096, head=512, part=512))
+  np.testing.assert_array_equal(got[:count],
+                                np.asarray(bits_lib.words(key, count)))
+  drawn = bits_lib.words_computed(count, 512, 512)
+  assert drawn == max(512, -(-count // 512) * 512)
+  assert got.shape == (4096,) and np.all(got[drawn:] == 0)  # not computed
+  rbg = np.asarray(_jit_upto(jax.random.key(9, impl="rbg"), count, 4096,
+                             head=512, part=512))
+  assert len(np.unique(rbg[:count])) >= count - 1  # distinct words: drawn
 
 
 @pytest.mark.parametrize("x", [-1e300, -1e30, -1e8, -3.0, 0.0, 2.0, 1e8])

@@ -46,6 +46,69 @@ def words(key, n: int) -> jax.Array:
   return out[:n] if m != n else out
 
 
+def _words_from(key, start: jax.Array, n: int) -> jax.Array:
+  """Words ``start .. start + n - 1`` (``start`` even, traced; ``n`` even) of
+  the stream :func:`words` draws for Threefry keys; for other keys, ``n``
+  fresh words of ``fold_in(key, start)``."""
+  if _is_threefry(key):
+    data = jax.random.key_data(key) if validate.is_typed_key(key) else key
+    counter = lax.iota(jnp.uint32, n // 2) + (start // 2).astype(jnp.uint32)
+    pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
+                               counter)
+    return jnp.stack(pair, axis=-1).reshape(n)
+  return jax.random.bits(jax.random.fold_in(key, start), (n,), jnp.uint32)
+
+
+def part_words(capacity: int) -> int:
+  """The words :func:`words_upto` draws per loop step for a pool of
+  ``capacity`` words: 1/256 of it, at least 512."""
+  return max(capacity // 256, 512)
+
+
+def words_computed(count: int, head: int, part: int) -> int:
+  """How many words ``words_upto(key, count, ..., head=head, part=part)``
+  computes: the head, then whole parts up to ``count``.
+
+  >>> words_computed(600, 512, 512), words_computed(5000, 4096, 512)
+  (1024, 5120)
+  """
+  return head + -(-max(count - head, 0) // part) * part
+
+
+def words_upto(key, count: jax.Array, capacity: int, *, head: int,
+               part: int) -> jax.Array:
+  """``capacity`` uint32 words whose first ``count`` (traced, at most
+  ``capacity``) are independent and uniform; the rest are unspecified.
+
+  Only :func:`words_computed` words are computed: the first ``head`` in one
+  draw, then ``part`` words at a time in a loop while ``count`` needs them.
+  So one compiled program serves every ``count`` up to ``capacity`` (a
+  sampler's pool, sized per law), and the words drawn stay within a part of
+  the count. For Threefry keys the words are those of ``words(key,
+  count)``.
+
+  >>> k = jax.random.key(0)
+  >>> w = words_upto(k, 700, 2048, head=512, part=512)
+  >>> bool(jnp.all(w[:700] == words(k, 700))), bool(jnp.all(w[1024:] == 0))
+  (True, True)
+  """
+  if head % 2 or part % 2 or (capacity - head) % part:
+    raise ValueError("`words_upto` needs an even head and part, and the "
+                     "capacity past the head in whole parts; got "
+                     f"capacity={capacity}, head={head}, part={part}")
+  steps = (jnp.maximum(count - head, 0) + part - 1) // part
+
+  def step(i, buf):
+    start = head + i * part
+    return lax.dynamic_update_slice(buf, _words_from(key, start, part),
+                                    (start,))
+
+  buf = jnp.zeros(capacity - head, jnp.uint32)
+  if head:
+    buf = jnp.concatenate([words(key, head), buf])
+  return lax.fori_loop(0, steps, step, buf)
+
+
 # Threefry draws are whole blocks of this many words (the rest dropped): the
 # hash over other lengths (odd halves above all) measured up to 3x slower per
 # word (12.2 ms against 3.6 ms for 1,398,102 words, 1,398,272 with the

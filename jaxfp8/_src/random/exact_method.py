@@ -4,46 +4,53 @@ At trace time the law of the real draw rounded into the format
 (:func:`jaxfp8._src.laws.rounded_law`, float64) is quantized to integer masses
 ``q_i`` summing to ``2^32`` (each within ``2^-32`` of the true probability,
 and equal to it when the law is dyadic at that resolution). On device a
-sample picks value ``i`` with probability exactly ``q_i / 2^32``:
+sample picks value ``i`` with probability exactly ``q_i / 2^32``, by the plan
+of the two below that draws fewer random bits (:func:`plan_for_masses`):
 
 - **Pure tables.** If every ``q_i`` is a multiple of ``2^(32-w)`` for some
   ``w <= 16``, the law is a ``2^w``-entry table indexed by ``w`` random bits
-  (packed ``32 // w`` to a word): one gather per sample. Uniform on [0, 1) is
-  such a law in most formats (its masses are powers of two no smaller than
-  half the smallest subnormal: 10 bits for float8_e4m3fn, 2 for float4).
-- **Two-level tables.** If all but at most 1/32 of the mass is pure at
-  16 bits and the rest is pure at ``w2 <= 8`` bits further, a draw takes 16
-  coarse bits and ``w2`` more (packed ``32 // w2`` to a word, drawn for every
-  sample: no pool), and reads a second table where the coarse bucket is a
-  fine one. U[0, 1) in float8_e5m2 (atom 2^-17 at zero) costs 17 bits. (Until
-  2026-12-01 these plans drew 10 coarse bits and pooled the fine draws' 7:
-  12.7 bits, at 0.77x this plan's speed.)
-- **Alias tables with a rare refinement.** Otherwise a 65,536-bucket alias
-  table (Walker/Vose, in integers): bucket ``j`` holds two codes ``a, b`` and
-  a 16-bit threshold ``t``, packed in one uint32 (one gather per sample); the
-  sample is ``a`` if ``r < t`` else ``b`` for 16 more random bits ``r``. At
-  most one bucket per value is split (``0 < t``), so a sample needs ``r``
-  with probability at most ``(#values)/65536`` (0.4% for fp8).
+  (packed ``32 // w`` to a word): one gather per sample. U[0, 1) in float4 is
+  one (2 bits).
+- **DDG trees.** Otherwise (and where the tree draws fewer bits: U[0, 1) in
+  float8_e4m3fn, a 10-bit table, takes 8.3 bits by the tree) a radix-256
+  Knuth--Yao tree (:func:`ddg_plan`): one random byte for every sample, one
+  more for the fraction ``p1`` of samples under a deep entry of level 1
+  (23% for normal in float8_e4m3fn), and 16 more for the rare samples that
+  may reach levels 3 and 4 (1/256 of them). 9.96 bits per sample for normal
+  in float8_e4m3fn (entropy 6.45), 9.15 in float8_e5m2 (5.49).
 
-The alias tables' refinement bits come from a small pool: every group of 32
-samples owns two extra words (four 16-bit slots) and its k-th sample needing
-one takes slot k (k from a popcount of the group's mask: no sort, no scan).
-If any group needs more slots than it has (in 0.2% of calls of 2^22 fp8
-normal samples, 2% for cauchy), the whole batch takes its refinements from a
-fresh stream instead (``lax.cond``).
-Either way each refinement used is uniform and independent of everything
-else, so ``P(i) = q_i / 2^32`` exactly.
+The tree's extra bytes come from a pool sized for the deep samples (mean
+plus ten standard deviations), not from a draw per sample. A deep sample
+takes the pool byte of its rank among the deep samples; the rank is a
+popcount within a group of 32 samples plus a prefix sum over the groups. The
+samples never gather from the pool: each quarter of a group (8 samples)
+reads the 3 pool words that hold its bytes (a gather per quarter, not per
+sample), and each sample picks its byte out of them with two selects. The
+rare samples' 16 bits come the same way from a second region of the pool, a
+window of 4 words per group. If more samples need bytes than the pool holds,
+or a group more rare slots than its window (beyond ten standard deviations,
+or about once in 10^7 calls of 2^22 samples), every sample takes fresh bits
+instead (``lax.cond``). Either way each byte a sample uses is uniform and
+independent of every other bit used, so ``P(i) = q_i / 2^32`` exactly.
 
-Bits per sample: ``32 / (32 // w)`` for pure tables (10.7 for a 10-bit law),
-``16 + 32 / (32 // w2)`` for two-level tables, 18 (16 + 2 pooled) for alias
-tables.
+The pool's size is an argument of the compiled program, not a constant: the
+program holds a pool of ``n / 8`` words (enough for laws whose deep fraction
+is up to 45%) and draws only the words this law's pool needs, in parts of
+1/256 of it (:func:`bits_lib.words_upto`). One program thus serves most laws
+of a format and shape, as the tables (padded to 2^16 entries) are arguments
+too.
 
-The DDG tree sampler below (:func:`ddg_plan`, :func:`sample_plan`) draws
-any of these laws exactly in 9-10 bits per sample (fp8 normal), near the
-entropy, but its pooled refinement (a rank and a gather for every sample)
-measured about 3x the time of a 16-bit lookup on CPU, so no method uses it
-for fp8 yet: the table method looks up (:mod:`table_method`), and
-:func:`sample_plan` also draws its pure tables.
+Why it is laid out this way (measured, 2^22 samples, 2-core CPU, JAX
+0.10.2): XLA CPU inlines a gather's index computation into the gather's own
+scalar loop, so a gather whose index is a rank (or a select over pool words)
+took 9-22 ms where the same gather of a precomputed index takes 1 ms. Here
+the per-sample work is a vectorized loop whose output (the table index,
+uint16) is a buffer of its own, the ``lax.cond``'s result, and the one
+per-sample gather reads it. And the program keeps its scratch small (about
+24 MB at 2^22 samples): glibc serves allocations above 32 MB by ``mmap``
+afresh on every call, and the page faults on a 34 MB scratch tripled the
+time (17 ms against 5.5 ms). The fallback branch therefore draws its fresh
+bits one lane row at a time (``lax.map``).
 """
 from __future__ import annotations
 
@@ -62,238 +69,28 @@ from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
 from jaxfp8._src.random import common
 
-_CAP = 1 << 16        # mass of one alias bucket, in units of 2^-32
-_GROUP = 32           # samples sharing one pool of refinement slots
-_POOL_WORDS = 2       # words per group: four 16-bit slots
-_SLOTS = 4            # 16-bit slots per group (alias tables)
-_FINE_BITS = 8        # at most this many more bits in a fine bucket
+_RADIX = 8            # bits per tree level
+_LEVELS = 32 // _RADIX
+_GROUP = 32           # samples per popcount group (one uint32 mask)
+_QUARTER = 8          # samples per level-2 window
+_WINDOW = 3           # pool words per quarter: 8 bytes at any alignment
+_RARE_WINDOW = 4      # pool words per group: 7 16-bit slots at any alignment
+_SIGMAS = 10          # pool slack, in binomial standard deviations
+_PAD = 4 * _GROUP     # samples are padded to whole groups of whole words
+REFERENCE_N = 1 << 22  # the sample count plan_bits reports for
 
-
-def _alias(q: np.ndarray, codes: np.ndarray):
-  """An alias table over 2^16 buckets, in exact integer arithmetic.
-
-  Masses are first cut into whole buckets; remainders that complement each
-  other (``r + r' = 2^16``) share one bucket; what is left goes through
-  Vose's algorithm. Dyadic laws thus get few or no split buckets.
-
-  Returns:
-    ``(main, b, t)``: ``main`` (uint8, 2^16) is the code of each bucket --
-    the outcome below the threshold for split buckets, which come first;
-    ``b`` (uint8) and ``t`` (uint32, in 1 .. 2^16 - 1) are the other outcome
-    and the threshold of each split bucket: the sample is ``main[j]`` when
-    the 16-bit refinement is below ``t[j]``, else ``b[j]``.
-  """
-  nb = 1 << 16
-  mass = [int(x) for x in q]
-  splits: list[tuple[int, int, int]] = []  # (code below t, code above, t)
-  waiting: dict[int, int] = {}
-  for i, m in enumerate(mass):
-    r = m % _CAP
-    if not r:
-      continue
-    if _CAP - r in waiting:
-      k = waiting.pop(_CAP - r)
-      splits.append((codes[i], codes[k], r))
-      mass[i] -= r
-      mass[k] -= _CAP - r
-    else:
-      waiting.setdefault(r, i)
-  n_left = sum(mass) // _CAP
-  pure: list[int] = []
-  small = [i for i, m in enumerate(mass) if m < _CAP]
-  large = [i for i, m in enumerate(mass) if m >= _CAP]
-  n_empty = n_left - len(mass)  # empty items pair with large ones: pure
-  while large and (small or n_empty > 0):
-    l = large[-1]
-    if small:
-      s = small.pop()
-      t = mass[s]
-      mass[l] -= _CAP - t
-      if t:
-        splits.append((codes[s], codes[l], t))
-      else:
-        pure.append(codes[l])
-    else:
-      whole = min(mass[l] // _CAP, n_empty)
-      pure.extend([codes[l]] * whole)
-      mass[l] -= whole * _CAP
-      n_empty -= whole
-    if mass[l] < _CAP:
-      small.append(large.pop())
-  for i in large + small:
-    assert mass[i] in (0, _CAP), "alias construction lost mass"
-    if mass[i]:
-      pure.append(codes[i])
-  assert len(splits) + len(pure) == nb, (len(splits), len(pure))
-  main = np.array([a for a, _, _ in splits] + pure, np.uint8)
-  b = np.array([b for _, b, _ in splits], np.uint8)
-  t = np.array([t for _, _, t in splits], np.uint32)
-  return main, b, t
-
-
-class Plan(NamedTuple):
-  """How a law is sampled (tables in NumPy, built once per law).
-
-  ``kind`` is ``"pure"`` (``main`` has ``2^width`` codes, one per draw),
-  ``"two_level"`` (draws ``u < fine`` read ``main[2^width + u * 2^width2 +
-  r]`` with ``width2`` refinement bits ``r``, the others ``main[u]``) or
-  ``"alias"`` (``main`` holds uint32 entries ``a | b << 8 | t << 16``; the
-  first ``fine`` buckets are split: ``a`` when the 16-bit refinement is below
-  ``t``, else ``b``; the others have ``t = 0`` and ``a = b``).
-  """
-  kind: str
-  width: int
-  main: np.ndarray
-  fine: int = 0
-  width2: int = 0
+assert 4 * _WINDOW >= _QUARTER + 3  # a quarter's bytes always fit
 
 
 def free_width(width: int) -> int:
   """The widest draw costing the same words: 11 bits cost as much as 16 (two
-  draws per word), 9 as much as 10 (three)."""
+  draws per word), 9 as much as 10 (three).
+
+  >>> free_width(9), free_width(11), free_width(7)
+  (10, 16, 8)
+  """
   return max(w for w in range(width, 17)
              if bits_lib.per_word(w) == bits_lib.per_word(width))
-
-
-def _two_level(q: np.ndarray, codes: np.ndarray) -> Plan | None:
-  """A coarse 16-bit table for the bulk plus a fine one for a few buckets, if
-  the law is dyadic enough (uniform laws whose atoms near zero are tiny)."""
-  width = 16
-  unit = 1 << (32 - width)
-  edges = np.cumsum(q)[:-1]  # boundaries between values, in 2^-32 units
-  inner = edges[edges % unit != 0]  # boundaries inside a coarse bucket
-  fine_buckets = np.unique(inner // unit)
-  if len(fine_buckets) * 32 > (1 << width):  # more than 1/32 of the mass
-    return None
-  width2 = next((w for w in range(1, _FINE_BITS + 1)
-                 if np.all(inner % (unit >> w) == 0)), None)
-  if width2 is None:
-    return None
-  # Fine buckets first, so that a draw is fine iff it is below their count.
-  order = np.concatenate([fine_buckets, np.setdiff1d(
-      np.arange(1 << width), fine_buckets)])
-  coarse = codes[np.searchsorted(edges, order * unit, side="right")]
-  sub = (fine_buckets[:, None] * unit
-         + np.arange(1 << width2)[None, :] * (unit >> width2)).ravel()
-  fine = codes[np.searchsorted(edges, sub, side="right")]
-  return Plan("two_level", width, np.concatenate([coarse, fine]),
-              fine=len(fine_buckets), width2=width2)
-
-
-@functools.lru_cache(maxsize=256)
-def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
-         ) -> Plan:
-  """The cheapest exact way to sample a law: a pure table if one holds it
-  (at most 16 bits), else a two-level table if it takes no more bits than an
-  alias table's 18, else the alias table."""
-  fmt = formats.get(fmt_name)
-  _, probs = laws.rounded_law(dist, fmt, **dict(params))
-  q = laws.quantize(probs, 32)
-  codes = common.codes_table(fmt)
-  candidates = []
-  width = next((w for w in range(1, 17) if np.all(q % (1 << (32 - w)) == 0)),
-               None)
-  if width is not None:
-    width = free_width(width)
-    candidates.append(Plan("pure", width, np.repeat(codes, q >> (32 - width))))
-  two = _two_level(q, codes)
-  if two is not None and _bits(two) <= _ALIAS_BITS:
-    candidates.append(two)
-  if not candidates:
-    main, b, t = _alias(q, [int(c) for c in codes])
-    packed = main.astype(np.uint32) | (main.astype(np.uint32) << 8)
-    packed[:len(b)] = (main[:len(b)].astype(np.uint32)
-                       | (b.astype(np.uint32) << 8) | (t << 16))
-    return Plan("alias", 16, packed, fine=len(b))
-  return min(candidates, key=_bits)
-
-
-_ALIAS_BITS = 16 + _POOL_WORDS * 32 / _GROUP
-
-
-def _bits(p: Plan) -> float:
-  main = 32 / bits_lib.per_word(p.width)
-  if p.kind == "two_level":
-    return main + 32 / bits_lib.per_word(p.width2)
-  return main if p.kind == "pure" else main + _POOL_WORDS * 32 / _GROUP
-
-
-def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
-  """Random bits spent per sample (before padding to whole words)."""
-  return _bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
-
-
-def _refinement(key, split, n_pad: int, finish=lambda r: r):
-  """``finish(r)`` for 16 uniform bits ``r`` per split sample (uint16).
-
-  Each group of ``_GROUP`` samples owns ``_POOL_WORDS`` words: 16-bit slots;
-  its k-th split sample takes slot k. If a group has more split samples than
-  slots, every sample takes fresh bits instead. ``finish`` runs inside both
-  branches, so it fuses with the bits it uses (measured faster for alias
-  tables).
-  """
-  groups = n_pad // _GROUP
-  k_pool, k_fallback = jax.random.split(key)
-  m = split.reshape(groups, _GROUP).astype(jnp.uint32)
-  lane = jnp.arange(_GROUP, dtype=jnp.uint32)
-  word = jnp.sum(m << lane, axis=1, dtype=jnp.uint32)
-  rank = lax.population_count(word[:, None] & ((jnp.uint32(1) << lane) - 1))
-  # Slot ``rank``: word rank // 2 of the group's pool, shifted.
-  pool = bits_lib.words(k_pool, groups * _POOL_WORDS).reshape(
-      groups, _POOL_WORDS)
-  w = pool[:, _POOL_WORDS - 1:]
-  for k in range(_POOL_WORDS - 2, -1, -1):
-    w = jnp.where(rank < (k + 1) * 2, pool[:, k:k + 1], w)
-  r = ((w >> ((rank % 2) * 16)) & jnp.uint32(0xFFFF)).astype(jnp.uint16)
-  overflow = jnp.any(lax.population_count(word) > _SLOTS)
-  return lax.cond(overflow, lambda: finish(bits_lib.uint16(k_fallback, n_pad)),
-                  lambda: finish(r.reshape(n_pad)))
-
-
-@functools.partial(jax.jit, static_argnames=("kind", "width", "width2",
-                                             "fmt_name", "shape"))
-def _sample(key, main, fine, *, kind, width, width2, fmt_name, shape):
-  # The tables are arguments, not constants: one compilation serves every
-  # law of a format, kind and shape.
-  fmt = formats.get(fmt_name)
-  n, n_pad = bits_lib.padded_size(shape, 2 * _GROUP)
-  if kind == "pure":
-    codes = main[bits_lib.packed(key, n_pad, width)]
-  elif kind == "two_level":
-    k_main, k_ref = jax.random.split(key)
-    u = bits_lib.packed(k_main, n_pad, width)
-    is_fine = u < fine
-    r = bits_lib.packed(k_ref, n_pad, width2)
-    index = jnp.where(is_fine, (1 << width) + (u << width2) + r, u)
-    codes = main[index]
-  else:  # one gather of a packed entry: a | b << 8 | t << 16
-    k_main, k_ref = jax.random.split(key)
-    u = bits_lib.uint16(k_main, n_pad)
-
-    def finish(r):
-      entry = main[u.astype(jnp.int32)]
-      below = r.astype(jnp.uint32) < (entry >> 16)
-      return jnp.where(below, entry, entry >> 8).astype(jnp.uint8)
-
-    codes = _refinement(k_ref, u < fine, n_pad, finish)
-  return codes_lib.from_codes(codes[:n].reshape(shape), fmt)
-
-
-def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
-           params: dict[str, float]):
-  """Exact samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
-  p = plan(dist, fmt.name, tuple(sorted(params.items())))
-  return _sample(key, p.main, np.int32(p.fine), kind=p.kind, width=p.width,
-                 width2=p.width2, fmt_name=fmt.name, shape=tuple(shape))
-
-
-# The DDG tree sampler: a radix-256 Knuth-Yao tree (see ``ddg_plan``).
-
-_RADIX = 8            # bits per tree level
-_LEVELS = 32 // _RADIX
-_TREE_GROUP = 32      # samples per popcount group of the rank computation
-_SIGMAS = 10          # pool slack, in binomial standard deviations
-REFERENCE_N = 1 << 22  # the sample count plan_bits reports for
 
 
 class TreePlan(NamedTuple):
@@ -324,19 +121,28 @@ class TreePlan(NamedTuple):
   def rare_byte(self) -> int:
     """The first level-1 byte from which a sample may read level 3: the deep
     entries of level 2 come last, so they hang under the last level-1 deep
-    entries (under one byte of 256 for normal in float8_e4m3fn)."""
+    entries (under one byte of 256 for normal in float8_e4m3fn). 256 when no
+    sample reads level 3."""
     return self.pure[0] + (self.pure[1] >> _RADIX)
 
   @property
   def fractions(self) -> tuple[float, float]:
-    """The pool fractions: level-1 deep samples, and samples whose level-1
-    byte is at least :attr:`rare_byte`."""
+    """The pool fractions: samples that take a level-2 byte (level-1 deep),
+    and samples that take 16 more bits (level-1 byte at least
+    :attr:`rare_byte`)."""
     return (self.deep_fraction(1),
             ((1 << _RADIX) - self.rare_byte) / float(1 << _RADIX))
 
 
 def ddg_plan(q: np.ndarray, codes: np.ndarray) -> TreePlan:
   """The radix-256 DDG tree of integer masses ``q`` (summing to ``2^32``).
+
+  Level 1 is a 256-entry table indexed by one random byte: ``d_i1`` entries
+  of each value (``q_i = d_i1 2^24 + d_i2 2^16 + d_i3 2^8 + d_i4``), then the
+  deep entries. A deep entry of level ``k`` owns 256 entries of level
+  ``k + 1``, which hold ``d_i(k+1)`` entries of each value and then the next
+  deep entries. An entry of level ``k`` has mass ``2^-8k``, so value ``i``
+  gets ``q_i / 2^32`` exactly, and level 4 has no deep entries.
 
   Args:
     q: int64 masses in units of ``2^-32``, one per value.
@@ -370,70 +176,123 @@ def ddg_plan(q: np.ndarray, codes: np.ndarray) -> TreePlan:
     start += size
     size = n_deep << _RADIX
   return TreePlan("ddg", _RADIX, np.concatenate(tables).astype(np.uint8),
-              tuple(pure), tuple(offset), tuple(deep))
+                  tuple(pure), tuple(offset), tuple(deep))
 
 
 def plan_for_masses(q: np.ndarray, codes: np.ndarray) -> TreePlan:
-  """A pure table if the masses ``q`` (units of ``2^-32``) are multiples of
-  ``2^(32 - w)`` for some ``w <= 8``, else their DDG tree (:func:`ddg_plan`).
+  """The plan that draws masses ``q`` (units of ``2^-32``) exactly in the
+  fewest random bits (:func:`plan_bits`): a pure table if the masses are
+  multiples of ``2^(32 - w)`` for some ``w <= 16`` and no tree draws fewer
+  bits, else their DDG tree (:func:`ddg_plan`).
 
   >>> plan_for_masses(np.array([2**30, 3 * 2**30]), np.array([1, 2])).main
   array([1, 2, 2, 2], dtype=uint8)
+  >>> plan_for_masses(np.array([2**31 + 3, 2**31 - 3]), np.array([7, 9])).kind
+  'ddg'
   """
   q = np.asarray(q, np.int64)
-  width = next((w for w in range(1, _RADIX + 1)
-                if np.all(q % (1 << (32 - w)) == 0)), None)
-  if width is None:
-    return ddg_plan(q, codes)
-  width = max(w for w in range(width, _RADIX + 1)
-              if bits_lib.per_word(w) == bits_lib.per_word(width))
-  return TreePlan("pure", width, np.repeat(np.asarray(codes, np.uint8),
-                                       q >> (32 - width)))
+  candidates = []
+  width = next((w for w in range(1, 17) if np.all(q % (1 << (32 - w)) == 0)),
+               None)
+  if width is not None:
+    width = free_width(width)
+    candidates.append(TreePlan("pure", width, np.repeat(
+        np.asarray(codes, np.uint8), q >> (32 - width))))
+  if width is None or width > _RADIX:
+    candidates.append(ddg_plan(q, codes))
+  return min(candidates, key=plan_bits)  # the pure table on a tie
+
+
+@functools.lru_cache(maxsize=256)
+def plan(dist: str, fmt_name: str, params: tuple[tuple[str, float], ...]
+         ) -> TreePlan:
+  """The exact plan of a law (:func:`plan_for_masses` of its quantized
+  masses), built once per law."""
+  fmt = formats.get(fmt_name)
+  _, probs = laws.rounded_law(dist, fmt, **dict(params))
+  return plan_for_masses(laws.quantize(probs, 32), common.codes_table(fmt))
+
+
+def pool_sizes(p: TreePlan, n_pad: int) -> tuple[int, int]:
+  """``(bytes, slots)``: the pool's level-2 bytes and 16-bit rare slots for
+  ``n_pad`` samples of the DDG plan ``p``: each the mean need plus ten
+  binomial standard deviations and one group, in whole words.
+
+  >>> p = ddg_plan(np.array([2**31 + 3, 2**31 - 3]), np.array([7, 9]))
+  >>> p.fractions  # 1/256 of samples deep, and they may reach level 3
+  (0.00390625, 0.00390625)
+  >>> pool_sizes(p, 1 << 20)  # 4,096 + 10 * 63.9 + 32 needed
+  (4768, 4768)
+  """
+  out = []
+  for f, unit in zip(p.fractions, (4, 2)):
+    need = n_pad * f + _SIGMAS * math.sqrt(n_pad * f * (1 - f)) + _GROUP
+    out.append(min(-(-int(math.ceil(need)) // unit) * unit, n_pad))
+  return out[0], (out[1] if p.levels > 2 else 0)
+
+
+def _capacity(words: int) -> int:
+  """``words`` rounded up to a pool capacity that is whole loop parts of
+  :func:`bits_lib.part_words` (512 words, or 1/256 of it above 2^17), and
+  at least 1024."""
+  step = 1 << 17 if words > 1 << 17 else 512
+  return max(1024, -(-words // step) * step)
+
+
+class _Pool(NamedTuple):
+  """A call's pool: thresholds and word counts (arguments of the program,
+  so that laws share it), and the capacity they fit in (static)."""
+  n_bytes: int
+  slots: int
+  words: int        # the level-2 region's, from word 0 of the pool
+  rare_words: int   # the rare region's, right after it (0: no sample
+                    # reads level 3)
+
+  def capacity(self, n_pad: int) -> int:
+    """The pool's size in the program: n_pad / 8 words (a level-2 byte for
+    up to 45% of the samples, and their rare slots), else n_pad (every
+    byte and slot a call can use), at least 1024 words; so most laws of a
+    format and shape share one program."""
+    small = _capacity(n_pad // 8)
+    return small if self.words + self.rare_words <= small else _capacity(
+        n_pad)
+
+  def computed(self, n_pad: int) -> int:
+    """Words a call draws for the pool (:func:`bits_lib.words_computed`)."""
+    return bits_lib.words_computed(self.words + self.rare_words, 0,
+                                   bits_lib.part_words(self.capacity(n_pad)))
+
+
+def _pool(p: TreePlan, n_pad: int) -> _Pool:
+  n_bytes, slots = pool_sizes(p, n_pad)
+  # Each region with the slack a window at its last byte reads.
+  return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW,
+               slots // 2 + _RARE_WINDOW if slots else 0)
 
 
 def _words_drawn(p: TreePlan, n_pad: int) -> int:
   """Random words one call of ``n_pad`` samples draws (pools included)."""
   if p.kind == "pure":
     return -(-n_pad // bits_lib.per_word(p.width))
-  return n_pad // 4 + pool_slots(p, n_pad) // 4
+  return n_pad // 4 + _pool(p, n_pad).computed(n_pad)
 
 
 def plan_bits(p: TreePlan, n: int = REFERENCE_N) -> float:
   """Random bits per sample that a call of ``n`` samples draws with plan
-  ``p`` (pools included)."""
+  ``p``, every word computed counted except Threefry's padding of each
+  draw to whole blocks (up to 511 words: < 0.01 bit per sample at 2^22).
+
+  >>> plan_bits(plan("normal", "float8_e4m3fn", ()))  # entropy 6.45
+  9.97...
+  """
   n_pad = bits_lib.padded_size((n,), _PAD)[1]
   return 32 * _words_drawn(p, n_pad) / n
 
 
-_PAD = 4 * _TREE_GROUP  # whole words of bytes, whole rank groups
-
-
-def ranks(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(rank, total)``: distinct ranks ``0 .. total - 1`` (int32) for the
-  True elements of ``mask`` (shape ``(32, G)``), ``total`` their number; the
-  other elements' ranks are unspecified.
-
-  Column ``g`` is a group of 32 lanes: they become one word (32 vectorized
-  passes over rows of ``G``), a popcount gives the rank inside the group, a
-  prefix sum over the groups the offset. No sort, no scatter. The prefix sum
-  is ``lax.associative_scan``: ``jnp.cumsum`` (a ``reduce_window`` on XLA
-  CPU) fused with its per-element consumer measured 10x slower, and behind an
-  ``optimization_barrier`` (or as a triangular matmul) it compiles 0.3 s
-  faster but runs 18% slower (2^22 table samples, 19.5 against 16.6 ms).
-
-  >>> mask = jnp.zeros((32, 2), bool).at[jnp.array([1, 2, 3]),
-  ...                                    jnp.array([0, 0, 1])].set(True)
-  >>> rank, total = ranks(mask)
-  >>> sorted(rank[mask].tolist()), int(total)
-  ([0, 1, 2], 3)
-  """
-  m = mask.astype(jnp.uint32)
-  lane = jnp.arange(_TREE_GROUP, dtype=jnp.uint32)[:, None]
-  word = jnp.sum(m << lane, axis=0, dtype=jnp.uint32)
-  count = lax.population_count(word).astype(jnp.int32)
-  before = lax.associative_scan(jnp.add, count) - count
-  inside = lax.population_count(word[None, :] & ((jnp.uint32(1) << lane) - 1))
-  return before[None, :] + inside.astype(jnp.int32), jnp.sum(count)
+def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
+  """Random bits a call of 2^22 samples of the exact method spends per
+  sample, every word drawn counted."""
+  return plan_bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
 
 
 def lanes(words: jax.Array, width: int) -> jax.Array:
@@ -447,113 +306,220 @@ def lanes(words: jax.Array, width: int) -> jax.Array:
   return u.reshape(-1, words.shape[-1]).astype(jnp.int32)
 
 
-def refinement(key, slot: jax.Array, total: jax.Array, slots: int,
-               size: int) -> list[jax.Array]:
-  """``size`` uniform bytes (int32) per sample that owns pool slots
-  ``slot .. slot + size - 1`` (``slot`` of shape ``(32, G)``, ``total`` the
-  slots owned in all).
+def group_masks(mask: jax.Array) -> jax.Array:
+  """Each column of ``mask`` (shape ``(32, G)``) as one uint32 word: bit
+  ``l`` is row ``l`` (32 vectorized passes over rows of ``G``).
 
-  If ``total`` exceeds the pool's ``slots``, every sample takes fresh bytes
-  instead. Only the pool goes through ``lax.cond`` (both branches give
-  ``slot.size * size`` bytes, the pooled one zero-padded), so that the ranks,
-  the gathers and whatever consumes the bytes fuse into one pass.
+  >>> m = jnp.zeros((32, 2), bool).at[jnp.array([0, 5]), 1].set(True)
+  >>> group_masks(m).tolist()
+  [0, 33]
   """
-  n_pad = slot.size
-  k_pool, k_fallback = jax.random.split(key)
-  overflow = total > slots
-
-  def draw(k, count):
-    w = bits_lib.words(k, -(-count // 4))
-    return lax.bitcast_convert_type(w, jnp.uint8).reshape(-1)[:count]
-
-  pool = lax.cond(
-      overflow, lambda: draw(k_fallback, n_pad * size),
-      lambda: jnp.pad(draw(k_pool, slots), (0, n_pad * size - slots)))
-  position = lax.broadcasted_iota(jnp.int32, slot.shape, 0) * slot.shape[1] + (
-      lax.broadcasted_iota(jnp.int32, slot.shape, 1))
-  first = jnp.where(overflow, position * size, slot)
-  return [jnp.take(pool, first + j, mode="clip").astype(jnp.int32)
-          for j in range(size)]
+  lane = jnp.arange(_GROUP, dtype=jnp.uint32)[:, None]
+  return jnp.sum(mask.astype(jnp.uint32) << lane, axis=0, dtype=jnp.uint32)
 
 
-def _extra(levels: int) -> int:
-  """Bytes a sample that may reach level 3 takes after its level-2 byte."""
-  return {1: 0, 2: 0, 3: 1, 4: 2}[levels]
+def exclusive_ranks(word: jax.Array) -> jax.Array:
+  """For group masks ``word`` (shape ``(G,)``), the number of set bits in
+  all earlier groups (int32).
 
+  The prefix sum is two-level: within blocks of up to 128 groups, a product
+  with a triangular matrix (float32, exact: the sums are at most 4,096), and
+  over the blocks a ``jnp.cumsum``. ``lax.associative_scan`` ran 15% faster
+  (0.34 against 0.40 ms for 2^17 groups) but its program compiled in 0.49 s
+  against 0.10 s; ``jnp.cumsum`` alone (a ``reduce_window`` on XLA CPU) ran
+  0.54 ms.
 
-def pool_slots(p: TreePlan, n_pad: int) -> int:
-  """Byte slots of the refinement pool for ``n_pad`` samples of plan ``p``.
-
-  Each sample takes 1 byte with probability ``p1 - p3`` and ``1 + extra``
-  with probability ``p3`` (:attr:`TreePlan.fractions`); the pool holds their
-  mean plus ten standard deviations, rounded up to a multiple of
-  ``n_pad / 128`` bytes (at most 1/16 bit more per sample), so that laws with
-  nearby deep fractions share one compiled program.
-
-  >>> p = ddg_plan(np.array([2**31 + 3, 2**31 - 3]), np.array([7, 9]))
-  >>> p.fractions  # 1/256 of samples deep, and they may reach level 3
-  (0.00390625, 0.00390625)
-  >>> pool_slots(p, 1 << 20), (1 << 20) // 128  # 14,237 needed: two units
-  (16384, 8192)
+  >>> exclusive_ranks(jnp.array([3, 0, 7], jnp.uint32)).tolist()
+  [0, 2, 2]
   """
-  p1, p3 = p.fractions
-  extra = _extra(p.levels)
-  mean = p1 + extra * p3
-  var = (p1 - p3) + (1 + extra) ** 2 * p3 - mean ** 2
-  need = n_pad * mean + _SIGMAS * math.sqrt(n_pad * max(var, 0.0)) + _TREE_GROUP
-  unit = 4 * max(1, n_pad // 512)
-  return min(-(-int(math.ceil(need)) // unit) * unit, n_pad * (1 + extra))
+  count = lax.population_count(word).astype(jnp.int32)
+  block = math.gcd(word.shape[0], 128)
+  blocks = count.reshape(-1, block)
+  upper = np.triu(np.ones((block, block), np.float32), 1)  # j < i
+  inside = jnp.dot(blocks.astype(jnp.float32), upper,
+                   precision=lax.Precision.HIGHEST).astype(jnp.int32)
+  total = jnp.sum(blocks, axis=1)
+  return (inside + (jnp.cumsum(total) - total)[:, None]).reshape(-1)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "width", "levels",
-                                             "slots", "fmt_name", "shape"))
-def _tree_sample(key, main, pure, offset, *, kind, width, levels, slots,
-                 fmt_name, shape):
-  # The tables are arguments, not constants: one compilation serves every
-  # law of a format, shape, depth and pool size.
+def _below(lane: jax.Array) -> jax.Array:
+  """The mask of the lanes below ``lane`` (uint32)."""
+  return (jnp.uint32(1) << lane) - 1
+
+
+def _select(rows: list[jax.Array], index: jax.Array) -> jax.Array:
+  """``rows[index]`` elementwise, for ``index < len(rows)``: a binary tree
+  of selects on the bits of ``index`` (uint32)."""
+  level, bit = list(rows), 0
+  while len(level) > 1:
+    if len(level) % 2:
+      level.append(level[-1])
+    take = ((index >> bit) & 1) == 1
+    level = [jnp.where(take, level[i + 1], level[i])
+             for i in range(0, len(level), 2)]
+    bit += 1
+  return level[0]
+
+
+def _descend(main, pure, offset, levels: int, u, r2, r3):
+  """The table index of each sample: level-1 byte ``u``, its level-2 byte
+  ``r2`` and (for samples that go deeper) the 16 bits ``r3`` of levels 3 and
+  4 (all int32, shape ``(32, G)``)."""
+  deep = u >= pure[0]
+  e = ((u - pure[0]) << _RADIX) + r2
+  index = jnp.where(deep, offset[1] + e, u)
+  for k in range(2, levels):
+    deep = deep & (e >= pure[k - 1])
+    e = ((e - pure[k - 1]) << _RADIX) + ((r3 >> (_RADIX * (k - 2))) & 0xFF)
+    index = jnp.where(deep, offset[k] + e, index)
+  index_type = jnp.uint16 if main.shape[0] <= 1 << 16 else jnp.int32
+  return index.astype(index_type)
+
+
+def _pooled_bytes(pool, rare_start, m1, m3, b1, b3, levels: int):
+  """Each sample's level-2 byte and rare 16 bits from the pool (int32,
+  ``(32, G)``; meaningful where the sample takes them): level-2 bytes from
+  word 0 of ``pool``, rare slots from word ``rare_start``."""
+  lane = jnp.arange(_GROUP, dtype=jnp.uint32)[:, None]
+  quarter_start = lane & ~jnp.uint32(_QUARTER - 1)
+  in_quarter = _below(lane) & ~_below(quarter_start)  # lanes below, same quarter
+  quarters = _GROUP // _QUARTER
+  first = (jnp.arange(quarters, dtype=jnp.uint32) * _QUARTER)[:, None]
+  # Where each quarter's bytes begin in the level-2 region: (quarters, G).
+  base = b1.astype(jnp.uint32)[None] + lax.population_count(m1[None] &
+                                                            _below(first))
+  start = (base >> 2).astype(jnp.int32)
+  window = jnp.take(pool, start[:, None, :] + jnp.arange(_WINDOW)[None, :, None],
+                    mode="clip")  # (quarters, _WINDOW, G)
+  k = jnp.repeat(base & 3, _QUARTER, axis=0) + lax.population_count(
+      m1[None] & in_quarter)  # the sample's byte within its quarter's words
+  word = _select([jnp.repeat(window[:, i], _QUARTER, axis=0)
+                  for i in range(_WINDOW)], k >> 2)
+  r2 = ((word >> ((k & 3) << 3)) & 0xFF).astype(jnp.int32)
+  if levels <= 2:
+    return r2, None
+  b3 = b3.astype(jnp.uint32)
+  rare = jnp.take(pool, rare_start + (b3 >> 1).astype(jnp.int32)[None, :]
+                  + jnp.arange(_RARE_WINDOW)[:, None], mode="clip")
+  slot = (b3 & 1)[None] + lax.population_count(m3[None] & _below(lane))
+  word = _select([rare[i][None] for i in range(_RARE_WINDOW)], slot >> 1)
+  return r2, ((word >> ((slot & 1) << 4)) & 0xFFFF).astype(jnp.int32)
+
+
+def overflows(m1, m3, b1, b3, n_bytes: int, slots: int, levels: int):
+  """Whether the pool can't serve a call: its samples need more level-2
+  bytes than ``n_bytes`` or more rare slots than ``slots``, or a group more
+  rare slots than its window holds at its alignment (group masks ``m1``,
+  ``m3`` and their :func:`exclusive_ranks` ``b1``, ``b3``).
+
+  >>> m = jnp.array([0x1FF, 0], jnp.uint32)  # 9 rare samples in one group
+  >>> b = exclusive_ranks(m)
+  >>> bool(overflows(m, m, b, b, 64, 64, 4))  # its window holds 8
+  True
+  >>> bool(overflows(m, m, b, b, 64, 64, 2))  # no rare samples: 9 bytes fit
+  False
+  """
+  total = b1[-1] + lax.population_count(m1[-1]).astype(jnp.int32)
+  out = total > n_bytes
+  if levels > 2:
+    c3 = lax.population_count(m3).astype(jnp.int32)
+    out |= (b3[-1] + c3[-1] > slots) | jnp.any(
+        (b3 & 1) + c3 > 2 * _RARE_WINDOW)
+  return out
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "kind", "width", "levels", "capacity", "fmt_name", "shape", "force_fresh"))
+def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
+                 capacity, fmt_name, shape, force_fresh=False):
+  # The tables and the pool's counts are arguments, not constants: one
+  # compilation serves every law of a format, table size class, shape, depth
+  # and pool capacity.
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, _PAD)
   if kind == "pure":
     codes = main[bits_lib.packed(key, n, width)]
     return codes_lib.from_codes(codes.reshape(shape), fmt)
-  # Samples live as (32, G): lane-major, so that ranks() reads whole rows.
-  k1, k2 = jax.random.split(key)
-  u = lanes(bits_lib.words(k1, n_pad // 4).reshape(-1, n_pad // _TREE_GROUP),
-            8)
-  deep1 = u >= pure[0]
-  slot, total = ranks(deep1)
-  extra = _extra(levels)
-  if extra:
-    # Samples whose byte may lead to level 3 (a mask of u alone) take
-    # ``extra`` more bytes right after their level-2 byte: one pool, one
-    # cond, one pass (a second pool measured twice the time).
-    rare = u >= pure[0] + (pure[1] >> _RADIX)
-    rank3, total3 = ranks(rare)
-    slot, total = slot + extra * rank3, total + extra * total3
-  r = refinement(k2, slot, total, slots, 1 + extra)
-  e2 = ((u - pure[0]) << _RADIX) + r[0]
-  index = jnp.where(deep1, offset[1] + e2, u)
-  if levels >= 3:
-    deep2 = deep1 & (e2 >= pure[1])
-    e3 = ((e2 - pure[1]) << _RADIX) + r[1]
-    index = jnp.where(deep2, offset[2] + e3, index)
-  if levels == 4:
-    deep3 = deep2 & (e3 >= pure[2])
-    e4 = ((e3 - pure[2]) << _RADIX) + r[2]
-    index = jnp.where(deep3, offset[3] + e4, index)
-  codes = main[index.reshape(n_pad)[:n]]
+  n_bytes, slots, words, rare_words = (counts[i] for i in range(4))
+  groups = n_pad // _GROUP
+  k_main, k_pool, k_fresh = jax.random.split(key, 3)
+  # Samples live as (32, G): lane-major, so that a group's lanes are rows.
+  w = bits_lib.words(k_main, n_pad // 4).reshape(-1, groups)
+  # A separate draw, so that a sharded call computes only its shard's first
+  # bytes (the pool, n / 8 words at most, is drawn whole): only as many
+  # words as this law's pool needs.
+  pool = bits_lib.words_upto(k_pool, words + rare_words, capacity, head=0,
+                             part=bits_lib.part_words(capacity))
+
+  def masks(w):
+    u = lanes(w, _RADIX)
+    return u, group_masks(u >= pure[0]), group_masks(u >= pure[0] + (
+        pure[1] >> _RADIX))
+
+  _, m1, m3 = masks(w)
+  b1 = exclusive_ranks(m1)
+  b3 = exclusive_ranks(m3) if levels > 2 else jnp.zeros_like(b1)
+  overflow = overflows(m1, m3, b1, b3, n_bytes, slots, levels)
+
+  def pooled(w, b1, b3, pool, words):
+    u, m1, m3 = masks(w)
+    r2, r3 = _pooled_bytes(pool, words, m1, m3, b1, b3, levels)
+    return _descend(main, pure, offset, levels, u, r2, r3)
+
+  def fresh(w, b1, b3, pool, words):
+    del b1, b3, pool, words
+    # One lane row at a time, so that this branch's scratch stays small.
+    def row(l):
+      word_row = lax.dynamic_index_in_dim(w, l // 4, 0, keepdims=True)
+      u = ((word_row >> (8 * (l % 4)).astype(jnp.uint32)) & 0xFF).astype(
+          jnp.int32)
+      f = bits_lib.words(jax.random.fold_in(k_fresh, l), groups)[None]
+      return _descend(main, pure, offset, levels, u,
+                      (f & 0xFF).astype(jnp.int32),
+                      (f >> 8 & 0xFFFF).astype(jnp.int32))[0]
+    return lax.map(row, jnp.arange(_GROUP))
+
+  index = lax.cond(overflow | force_fresh, fresh, pooled, w, b1, b3, pool,
+                   words)
+  codes = main.at[index.reshape(n_pad)[:n].astype(jnp.int32)].get(
+      mode="promise_in_bounds")
   return codes_lib.from_codes(codes.reshape(shape), fmt)
 
 
-def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format):
+def _table_class(size: int) -> int:
+  """The padded length of a tree's table: 2^16 (uint16 indices) or 2^18
+  (four levels hold at most 256 * (1 + 3 * 255) entries)."""
+  return 1 << 16 if size <= 1 << 16 else 1 << 18
+
+
+def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format,
+                *, force_fresh: bool = False, pool: _Pool | None = None):
   """Samples of the law of plan ``p`` in ``fmt`` (native array or
-  CodeArray)."""
+  CodeArray). ``force_fresh`` takes the overflow branch and ``pool``
+  replaces the pool's sizes (both for tests)."""
+  if p.kind == "pure":
+    return _tree_sample(key, p.main, np.zeros(1, np.int32),
+                        np.zeros(1, np.int32), np.zeros(4, np.int32),
+                        kind="pure", width=p.width, levels=1, capacity=0,
+                        fmt_name=fmt.name, shape=tuple(shape))
   n_pad = bits_lib.padded_size(tuple(shape), _PAD)[1]
-  slots = pool_slots(p, n_pad) if p.kind == "ddg" else 0
-  return _tree_sample(key, p.main, np.array(p.pure or (0,), np.int32),
-                      np.array(p.offset or (0,), np.int32), kind=p.kind,
-                      width=p.width, levels=p.levels, slots=slots,
-                      fmt_name=fmt.name, shape=tuple(shape))
+  pool = pool or _pool(p, n_pad)
+  main = np.zeros(_table_class(len(p.main)), np.uint8)
+  main[:len(p.main)] = p.main
+  return _tree_sample(key, main, np.array(p.pure, np.int32),
+                      np.array(p.offset, np.int32),
+                      np.array(pool, np.int32), kind="ddg", width=p.width,
+                      levels=2 if p.levels == 2 else 4,
+                      capacity=pool.capacity(n_pad),
+                      fmt_name=fmt.name, shape=tuple(shape),
+                      force_fresh=force_fresh)
+
+
+def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
+           params: dict[str, float]):
+  """Exact samples of ``dist`` (concrete scalar ``params``) in ``fmt``."""
+  return sample_plan(key, plan(dist, fmt.name, tuple(sorted(params.items()))),
+                     shape, fmt)
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "bits"))

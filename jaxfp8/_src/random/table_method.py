@@ -2,18 +2,17 @@
 
 For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
 table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
-interval holds the quantile at ``(j + 1/2) / 2^k``. A sample is one lookup
-with ``k`` uniform bits (fewer when the table's law is dyadic at a coarser
-resolution; two 16-bit draws to a word, three of 9 or 10 bits). Its law is
-the exact rounded law with the CDF at every rounding boundary rounded to a
+interval holds the quantile at ``(j + 1/2) / 2^k``, and a sample is a
+uniform entry. Its law is the exact rounded law with the CDF at every rounding boundary rounded to a
 multiple of ``2^-k``: each value's probability is off by less than ``2^-k``,
 and values whose probability is below about ``2^-(k+1)`` may never appear.
 Use ``exact`` when the tails matter.
 
-The same law drawn by the DDG tree of :mod:`exact_method` takes fewer bits
-(9.9 against 16 for normal in float8_e4m3fn) but measured 3.4x the time on
-CPU (15.6 ms against 4.6 ms for 2^22 samples, JAX 0.10.2): its pooled second
-byte needs a rank and a gather for every sample. So the table method looks up.
+The table's law is drawn exactly by the plan of :mod:`exact_method` that
+takes the fewest random bits: a lookup of ``k`` bits when ``k <= 8`` (or when
+the law is dyadic that coarsely), else the DDG tree of the table's masses
+(two levels: 9.9 bits per sample for normal in float8_e4m3fn at ``k = 16``,
+fewer than the exact method's 9.96; a 16-bit lookup took 16).
 """
 from __future__ import annotations
 
@@ -67,17 +66,13 @@ def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
 def sampling_plan(dist: str, fmt_name: str,
                   params: tuple[tuple[str, float], ...], table_bits: int
                   ) -> exact_method.TreePlan:
-  """How the table's law is drawn: one lookup, of the fewest bits that hold
-  it (its law is dyadic at ``2^-table_bits`` or coarser), widened to the
-  widest lookup that costs the same words (9 bits cost as much as 10).
+  """How the table's law is drawn: the exact plan of its masses (multiples of
+  ``2^-table_bits``) in the fewest bits (:func:`exact_method.plan_for_masses`).
   """
   fmt = formats.get(fmt_name)
   _, probs = table_law(dist, fmt, table_bits=table_bits, **dict(params))
   q = np.round(probs * 2.0**32).astype(np.int64)
-  width = exact_method.free_width(next(
-      w for w in range(1, table_bits + 1) if np.all(q % (1 << (32 - w)) == 0)))
-  return exact_method.TreePlan(
-      "pure", width, np.repeat(common.codes_table(fmt), q >> (32 - width)))
+  return exact_method.plan_for_masses(q, common.codes_table(fmt))
 
 
 def bits_per_sample(dist: str, fmt: formats.Format, params: dict,

@@ -174,8 +174,8 @@ _BITS_LAWS = [
 
 def bits_table(fmts) -> str:
   """Markdown table: random bits per sample of ``exact``, by law and format
-  ("2L": two-level plan; "n/a": ``exact`` doesn't serve the law in that
-  format, e.g. any law in unsigned E8M0)."""
+  ("DDG": a DDG tree, else one lookup; "n/a": ``exact`` doesn't serve the
+  law in that format, e.g. any law in unsigned E8M0)."""
   rows = []
   for dist, params in _BITS_LAWS:
     label = dist + (" (" + ", ".join(f"{k}={v:g}" for k, v in params.items())
@@ -189,7 +189,7 @@ def bits_table(fmts) -> str:
       except (NotImplementedError, ValueError):
         row.append("n/a")
         continue
-      row.append(f"{bits:.3g}" + (" (2L)" if plan.kind == "two_level" else ""))
+      row.append(f"{bits:.3g}" + (" (DDG)" if plan.kind == "ddg" else ""))
     rows.append(row)
   return timing.markdown_table(["exact: bits/sample"] + list(fmts), rows)
 
