@@ -271,17 +271,31 @@ def test_table_plan_samples_its_own_law_in_the_fewest_bits(fmt, table_bits):
   assert bits <= exact.bits_per_sample("normal", formats.get(fmt), {})
 
 
-_jit_masks = jax.jit(lambda m: (exact.group_masks(m),
-                                exact.exclusive_ranks(exact.group_masks(m))))
+def np_group_masks(mask):
+  """Each column of a (32, G) bool mask as a uint32 word (bit l: row l)."""
+  return (mask.astype(np.uint64) << np.arange(32, dtype=np.uint64)[:, None]
+          ).sum(0).astype(np.uint32)
+
+
+_jit_ranks = jax.jit(exact.exclusive_ranks)
+
+
+def _masks(mask):
+  word = np_group_masks(mask)
+  return word, np.asarray(_jit_ranks(jax.device_put(word)))
 
 
 @pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
-def test_group_masks_and_ranks(p):
+def test_byte_masks_and_ranks(p):
   rng = np.random.default_rng(1)
-  mask = rng.random((32, 96)) < p
-  word, before = (np.asarray(a) for a in _jit_masks(jax.device_put(mask)))
-  bits = (word[None, :] >> np.arange(32, dtype=np.uint32)[:, None]) & 1
-  np.testing.assert_array_equal(bits.astype(bool), mask)
+  g = 96
+  w = rng.integers(0, 2**32, (8, g), dtype=np.uint64).astype(np.uint32)
+  threshold = int(round(256 * (1 - p)))
+  got = np.asarray(jax.jit(exact.byte_masks)(w, threshold))
+  lanes = np.asarray(exact.lanes(jax.device_put(w), 8))
+  np.testing.assert_array_equal(got, np_group_masks(lanes >= threshold))
+  mask = rng.random((32, g)) < p
+  word, before = _masks(mask)
   counts = mask.sum(0)
   np.testing.assert_array_equal(before, np.cumsum(counts) - counts)
 
@@ -302,8 +316,8 @@ def test_each_sample_reads_its_own_pool_bytes(p_deep, p_rare, levels):
   rare = deep & (rng.random((32, g)) < p_rare / max(p_deep, 1e-9))
   rare[:, 0] = False
   rare[:8, 0] = deep[:8, 0] = True  # a group with 8 rare samples (the most)
-  m1, b1 = (np.asarray(a) for a in _jit_masks(jax.device_put(deep)))
-  m3, b3 = (np.asarray(a) for a in _jit_masks(jax.device_put(rare)))
+  m1, b1 = _masks(deep)
+  m3, b3 = _masks(rare)
   words = int(deep.sum()) // 4 + exact._WINDOW
   pool = rng.integers(0, 2**32, words, dtype=np.uint64).astype(np.uint32)
   rare_words = int(rare.sum()) // 2 + exact._RARE_WINDOW
@@ -327,8 +341,8 @@ def test_overflow_conditions():
   slots than its window holds at its alignment (8 from an even slot, 7 from
   an odd one)."""
   def check(deep, rare, n_bytes, slots, levels=4):
-    m1, b1 = _jit_masks(jax.device_put(deep))
-    m3, b3 = _jit_masks(jax.device_put(rare))
+    m1, b1 = _masks(deep)
+    m3, b3 = _masks(rare)
     return bool(exact.overflows(m1, m3, b1, b3, n_bytes, slots, levels))
   deep = np.zeros((32, 4), bool)
   rare = np.zeros((32, 4), bool)

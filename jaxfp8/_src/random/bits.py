@@ -46,6 +46,32 @@ def words(key, n: int) -> jax.Array:
   return out[:n] if m != n else out
 
 
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(k0, k1, x0, x1):
+  """Threefry-2x32 (20 rounds; Salmon et al. 2011), the hash of
+  ``jax.extend.random.threefry2x32_p``, written out in uint32 ops.
+
+  XLA CPU lowers JAX's primitive as a rolled loop of 5 iterations; in
+  :func:`words_upto`'s loop over parts that loop's per-iteration cost
+  dominated (the parts are small). Written out, a part is one fused pass.
+  ``tests/test_random_laws.py`` checks the words against the primitive's.
+  """
+  def rotl(v, r):
+    return (v << jnp.uint32(r)) | (v >> jnp.uint32(32 - r))
+
+  ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      x0 = x0 + x1
+      x1 = rotl(x1, r) ^ x0
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+  return x0, x1
+
+
 def _words_from(key, start: jax.Array, n: int) -> jax.Array:
   """Words ``start .. start + n - 1`` (``start`` even, traced; ``n`` even) of
   the stream :func:`words` draws for Threefry keys; for other keys, ``n``
@@ -53,8 +79,7 @@ def _words_from(key, start: jax.Array, n: int) -> jax.Array:
   if _is_threefry(key):
     data = jax.random.key_data(key) if validate.is_typed_key(key) else key
     counter = lax.iota(jnp.uint32, n // 2) + (start // 2).astype(jnp.uint32)
-    pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
-                               counter)
+    pair = _threefry2x32(data[0], data[1], jnp.zeros_like(counter), counter)
     return jnp.stack(pair, axis=-1).reshape(n)
   return jax.random.bits(jax.random.fold_in(key, start), (n,), jnp.uint32)
 
