@@ -526,7 +526,7 @@ def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format,
   return _tree_sample(key, main, np.array(p.pure, np.int32),
                       np.array(p.offset, np.int32),
                       np.array(pool, np.int32), kind="ddg", width=p.width,
-                      levels=2 if p.levels == 2 else 4,
+                      levels=p.levels,
                       capacity=pool.capacity(n_pad),
                       fmt_name=fmt.name, shape=tuple(shape),
                       force_fresh=force_fresh)
