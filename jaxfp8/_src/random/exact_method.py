@@ -317,11 +317,15 @@ def byte_masks(w: jax.Array, threshold) -> jax.Array:
   >>> byte_masks(w, 8).tolist()  # lane 0 of group 0: byte 0 of word 0
   [1, 0]
   """
-  out = jnp.zeros(w.shape[1:], jnp.uint32)
-  for j in range(w.shape[0]):
-    for b in range(4):
-      hit = ((w[j] >> jnp.uint32(8 * b)) & 0xFF).astype(jnp.int32) >= threshold
-      out = out | (hit.astype(jnp.uint32) << jnp.uint32(4 * j + b))
+  # Each word's 4 bits (bit b: byte b), for all rows at once; then the 8
+  # rows' nibbles side by side (bit 4j + b: lane 4j + b, as in lanes()).
+  nibble = jnp.zeros(w.shape, jnp.uint32)
+  for b in range(4):
+    byte = ((w >> jnp.uint32(8 * b)) & 0xFF).astype(jnp.int32)
+    nibble = nibble | ((byte >= threshold).astype(jnp.uint32) << jnp.uint32(b))
+  out = nibble[0]
+  for j in range(1, w.shape[0]):
+    out = out | (nibble[j] << jnp.uint32(4 * j))
   return out
 
 
