@@ -72,7 +72,7 @@ def _threefry2x32(k0, k1, x0, x1):
   return x0, x1
 
 
-def _words_from(key, start: jax.Array, n: int) -> jax.Array:
+def words_at(key, start: jax.Array, n: int) -> jax.Array:
   """Words ``start .. start + n - 1`` (``start`` even, traced; ``n`` even) of
   the stream :func:`words` draws for Threefry keys; for other keys, ``n``
   fresh words of ``fold_in(key, start)``."""
@@ -127,7 +127,7 @@ def words_upto(key, count: jax.Array, capacity: int, *, head: int,
 
   def step(i, buf):
     at = head + i * part
-    return lax.dynamic_update_slice(buf, _words_from(key, at, part), (at,))
+    return lax.dynamic_update_slice(buf, words_at(key, at, part), (at,))
 
   buf = jnp.zeros(capacity - head, jnp.uint32)
   if head:

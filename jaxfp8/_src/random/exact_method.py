@@ -494,7 +494,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
       word_row = lax.dynamic_index_in_dim(w, l // 4, 0, keepdims=True)
       u = ((word_row >> (8 * (l % 4)).astype(jnp.uint32)) & 0xFF).astype(
           jnp.int32)
-      f = bits_lib.words(jax.random.fold_in(k_fresh, l), groups)[None]
+      f = bits_lib.words_at(k_fresh, l * groups, groups)[None]
       return _descend(main, pure, offset, levels, u,
                       (f & 0xFF).astype(jnp.int32),
                       (f >> 8 & 0xFFFF).astype(jnp.int32))[0]
