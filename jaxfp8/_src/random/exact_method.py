@@ -264,6 +264,7 @@ class _Pool(NamedTuple):
 
 
 def _pool(p: TreePlan, n_pad: int) -> _Pool:
+  """The pool of a call of ``n_pad`` samples of the DDG plan ``p``."""
   n_bytes, slots = pool_sizes(p, n_pad)
   # Each region with the slack a window at its last byte reads.
   return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW,
