@@ -380,21 +380,19 @@ def test_pool_sizes_hold_ten_sigmas(fmt, n_pad):
         pool.words + pool.rare_words + part)
 
 
-_jit_upto = jax.jit(bits_lib.words_upto, static_argnums=2,
-                    static_argnames=("head", "part"))
+_jit_upto = jax.jit(bits_lib.words_upto, static_argnums=2)
 
 
 @pytest.mark.parametrize("count", [1, 511, 512, 513, 1024, 3000, 4096])
 def test_words_upto_draws_the_stream_up_to_count(count):
   key = jax.random.key(9)
-  got = np.asarray(_jit_upto(key, count, 4096, head=512, part=512))
+  got = np.asarray(_jit_upto(key, count, 4096))  # parts of 512 words
   np.testing.assert_array_equal(got[:count],
                                 np.asarray(bits_lib.words(key, count)))
-  drawn = bits_lib.words_computed(count, 512, 512)
-  assert drawn == max(512, -(-count // 512) * 512)
+  drawn = bits_lib.words_computed(count, 4096)
+  assert drawn == -(-count // 512) * 512
   assert got.shape == (4096,) and np.all(got[drawn:] == 0)  # not computed
-  rbg = np.asarray(_jit_upto(jax.random.key(9, impl="rbg"), count, 4096,
-                             head=512, part=512))
+  rbg = np.asarray(_jit_upto(jax.random.key(9, impl="rbg"), count, 4096))
   assert len(np.unique(rbg[:count])) >= count - 1  # distinct words: drawn
 
 

@@ -35,11 +35,7 @@ def words(key, n: int) -> jax.Array:
   """
   if _is_threefry(key) and n < (1 << 32):
     m = -(-n // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
-    data = jax.random.key_data(key) if validate.is_typed_key(key) else key
-    counter = lax.iota(jnp.uint32, m // 2)
-    pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
-                               counter)
-    out = jnp.stack(pair, axis=-1).reshape(m)
+    out = _hashed_words(key, jnp.uint32(0), m, threefry2x32_p.bind)
   else:
     m = n + (n & 1)
     out = jax.random.bits(key, (m,), jnp.uint32)
@@ -72,15 +68,22 @@ def _threefry2x32(k0, k1, x0, x1):
   return x0, x1
 
 
+def _hashed_words(key, first: jax.Array, n: int, hash2x32) -> jax.Array:
+  """Words ``2 * first .. 2 * first + n - 1`` of a Threefry key's stream:
+  both output words of ``hash2x32`` over the counters ``first ..``."""
+  data = jax.random.key_data(key) if validate.is_typed_key(key) else key
+  counter = lax.iota(jnp.uint32, n // 2) + first
+  pair = hash2x32(data[0], data[1], jnp.zeros_like(counter), counter)
+  return jnp.stack(pair, axis=-1).reshape(n)
+
+
 def words_at(key, start: jax.Array, n: int) -> jax.Array:
   """Words ``start .. start + n - 1`` (``start`` even, traced; ``n`` even) of
   the stream :func:`words` draws for Threefry keys; for other keys, ``n``
   fresh words of ``fold_in(key, start)``."""
   if _is_threefry(key):
-    data = jax.random.key_data(key) if validate.is_typed_key(key) else key
-    counter = lax.iota(jnp.uint32, n // 2) + (start // 2).astype(jnp.uint32)
-    pair = _threefry2x32(data[0], data[1], jnp.zeros_like(counter), counter)
-    return jnp.stack(pair, axis=-1).reshape(n)
+    return _hashed_words(key, (start // 2).astype(jnp.uint32), n,
+                         _threefry2x32)
   return jax.random.bits(jax.random.fold_in(key, start), (n,), jnp.uint32)
 
 
@@ -90,49 +93,44 @@ def part_words(capacity: int) -> int:
   return max(capacity // 256, 512)
 
 
-def words_computed(count: int, head: int, part: int) -> int:
-  """How many words ``words_upto(key, count, ..., head=head, part=part)``
-  computes: the head, then whole parts up to ``count``.
+def words_computed(count: int, capacity: int) -> int:
+  """How many words ``words_upto(key, count, capacity)`` computes: whole
+  parts (:func:`part_words`) up to ``count``.
 
-  >>> words_computed(600, 512, 512), words_computed(5000, 4096, 512)
+  >>> words_computed(600, 1024), words_computed(5000, 8192)
   (1024, 5120)
   """
-  return head + -(-max(count - head, 0) // part) * part
+  part = part_words(capacity)
+  return -(-max(count, 0) // part) * part
 
 
-def words_upto(key, count: jax.Array, capacity: int, *, head: int,
-               part: int) -> jax.Array:
+def words_upto(key, count: jax.Array, capacity: int) -> jax.Array:
   """``capacity`` uint32 words whose first ``count`` (traced, at most
   ``capacity``) are independent and uniform; the rest are unspecified.
 
-  Only :func:`words_computed` words are computed: the first ``head`` in one
-  draw, then ``part`` words at a time in a loop while ``count`` needs them
-  (a second loop of 16-part steps first compiled 0.13 s slower and measured
-  no faster).
-  So one compiled program serves every ``count`` up to ``capacity`` (a
-  sampler's pool, sized per law), and the words drawn stay within a part of
-  the count. For Threefry keys the words are those of ``words(key,
-  count)``.
+  Only :func:`words_computed` words are computed, :func:`part_words` at a
+  time in a loop while ``count`` needs them (a second loop of 16-part steps
+  first compiled 0.13 s slower and measured no faster). So one compiled
+  program serves every ``count`` up to ``capacity`` (a sampler's pool, sized
+  per law), and the words drawn stay within a part of the count. For
+  Threefry keys the words are those of ``words(key, count)``.
 
   >>> k = jax.random.key(0)
-  >>> w = words_upto(k, 700, 2048, head=512, part=512)
+  >>> w = words_upto(k, 700, 2048)
   >>> bool(jnp.all(w[:700] == words(k, 700))), bool(jnp.all(w[1024:] == 0))
   (True, True)
   """
-  if head % 2 or part % 2 or (capacity - head) % part:
-    raise ValueError("`words_upto` needs an even head and part, and the "
-                     "capacity past the head in whole parts; got "
-                     f"capacity={capacity}, head={head}, part={part}")
-  steps = (jnp.maximum(count - head, 0) + part - 1) // part
+  part = part_words(capacity)
+  if capacity % part:
+    raise ValueError("`capacity` argument to `words_upto` must be whole "
+                     f"parts of {part} words, got {capacity}")
+  steps = (jnp.maximum(count, 0) + part - 1) // part
 
   def step(i, buf):
-    at = head + i * part
-    return lax.dynamic_update_slice(buf, words_at(key, at, part), (at,))
+    return lax.dynamic_update_slice(buf, words_at(key, i * part, part),
+                                    (i * part,))
 
-  buf = jnp.zeros(capacity - head, jnp.uint32)
-  if head:
-    buf = jnp.concatenate([words(key, head), buf])
-  return lax.fori_loop(0, steps, step, buf)
+  return lax.fori_loop(0, steps, step, jnp.zeros(capacity, jnp.uint32))
 
 
 # Threefry draws are whole blocks of this many words (the rest dropped): the

@@ -259,8 +259,8 @@ class _Pool(NamedTuple):
 
   def computed(self, n_pad: int) -> int:
     """Words a call draws for the pool (:func:`bits_lib.words_computed`)."""
-    return bits_lib.words_computed(self.words + self.rare_words, 0,
-                                   bits_lib.part_words(self.capacity(n_pad)))
+    return bits_lib.words_computed(self.words + self.rare_words,
+                                   self.capacity(n_pad))
 
 
 def _pool(p: TreePlan, n_pad: int) -> _Pool:
@@ -472,8 +472,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   # A separate draw, so that a sharded call computes only its shard's first
   # bytes (the pool, n / 8 words at most, is drawn whole): only as many
   # words as this law's pool needs.
-  pool = bits_lib.words_upto(k_pool, words + rare_words, capacity, head=0,
-                             part=bits_lib.part_words(capacity))
+  pool = bits_lib.words_upto(k_pool, words + rare_words, capacity)
 
   m1 = byte_masks(w, pure[0])
   m3 = byte_masks(w, pure[0] + (pure[1] >> _RADIX)) if levels > 2 else m1
