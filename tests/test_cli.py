@@ -93,6 +93,18 @@ def test_timing_needs_a_repeat():
     timing.interleaved_medians({}, repeats=1)
 
 
+def test_round_orders_vary_each_functions_predecessor():
+  """Every round is a permutation, the same every run, and no function
+  follows the same one in every round (a rotation kept them fixed)."""
+  names = [f"f{i}" for i in range(18)]
+  orders = timing.round_orders(names, 5)
+  assert orders == timing.round_orders(names, 5)
+  assert all(sorted(o) == sorted(names) for o in orders)
+  for name in names:
+    before = {o[o.index(name) - 1] if o.index(name) else None for o in orders}
+    assert len(before) > 1
+
+
 def test_bench_mx_smallest_size(capsys):
   assert cli.main(["bench", "mx", "--size", "32", "--repeats", "1",
                    "--formats", "mxfp8_e4m3"]) == 0

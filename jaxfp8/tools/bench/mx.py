@@ -2,7 +2,7 @@
 
 Times, per format, ``jaxfp8.mx.quantize`` and ``MXArray.dequantize`` of an
 N x N float32 tensor against the casts they replace, timed round-robin in the
-same run (the order rotating from round to round): quantize against
+same run (a fresh order each round): quantize against
 ``x.astype(jnp.float8_e4m3fn)`` (both read 4 bytes and write about 1 per
 element), dequantize against the upcast ``y.astype(jnp.float32)`` of that
 fp8 array (both read about 1 and write 4); dequantize over the downcast is

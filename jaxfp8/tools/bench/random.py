@@ -2,7 +2,7 @@
 
 For each key implementation (threefry2x32, rbg, unsafe_rbg), times every
 sampler of every distribution and format in one round-robin whose order
-rotates from round to round (medians, every function jitted, 2^22 samples by
+is drawn afresh each round (medians, every function jitted, 2^22 samples by
 default):
 
 - ``float32``: ``jax.random.<dist>(key, shape, jnp.float32)``, the float32
@@ -96,7 +96,7 @@ def run(dists, fmts, n: int, repeats: int, notes: list[str] | None = None,
   x jax f32, x native]`` for keys of implementation ``impl``.
 
   Every function of every law and format is timed in one round-robin whose
-  order rotates from round to round (:func:`timing.interleaved_medians`), so
+  order is drawn afresh each round (:func:`timing.interleaved_medians`), so
   noise and the slowdown after a large call hit all alike. ``x jax f32`` is
   the ratio to ``jax.random.<dist>(key, shape, jnp.float32)`` alone: the
   float32 sample, not rounded.
@@ -224,8 +224,8 @@ def main(argv: list[str]) -> int:
   print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
         f"JAX {jax.__version__}, {jax.default_backend()} "
         f"({platform.machine()}, {jax.device_count()} device(s)), "
-        f"2^{args.log2n} samples, median of {args.repeats}, one rotating "
-        "round-robin per key implementation")
+        f"2^{args.log2n} samples, median of {args.repeats}, one round-robin "
+        "per key implementation, in a fresh order each round")
   notes: list[str] = []
   for impl in args.impls:
     rows = run(args.dists, fmts, 2**args.log2n, args.repeats, notes, impl)
