@@ -285,13 +285,15 @@ def _masks(mask):
   return word, np.asarray(_jit_ranks(jax.device_put(word)))
 
 
+@pytest.mark.parametrize("shifted", [False, True])
 @pytest.mark.parametrize("p", [0.0, 0.01, 0.3, 1.0])
-def test_byte_masks_and_ranks(p):
+def test_byte_masks_and_ranks(p, shifted):
   rng = np.random.default_rng(1)
   g = 96
   w = rng.integers(0, 2**32, (8, g), dtype=np.uint64).astype(np.uint32)
   threshold = int(round(256 * (1 - p)))
-  got = np.asarray(jax.jit(exact.byte_masks)(w, threshold))
+  got = np.asarray(jax.jit(exact.byte_masks, static_argnames="shifted")(
+      w, threshold, shifted=shifted))
   lanes = np.asarray(exact.lanes(jax.device_put(w), 8))
   np.testing.assert_array_equal(got, np_group_masks(lanes >= threshold))
   mask = rng.random((32, g)) < p
@@ -300,46 +302,94 @@ def test_byte_masks_and_ranks(p):
   np.testing.assert_array_equal(before, np.cumsum(counts) - counts)
 
 
-_jit_pooled = jax.jit(exact._pooled_bytes, static_argnums=(6,))
+def test_nth_set_bit():
+  rng = np.random.default_rng(4)
+  m = np.concatenate([rng.integers(1, 2**32, 500, dtype=np.uint64),
+                      [1, 2**31, 2**32 - 1]]).astype(np.uint32)
+  bits = [np.flatnonzero((int(x) >> np.arange(32)) & 1) for x in m]
+  t = np.array([rng.integers(0, len(b)) for b in bits], np.uint32)
+  got = np.asarray(jax.jit(exact.nth_set_bit)(m, t))
+  np.testing.assert_array_equal(got, [b[i] for b, i in zip(bits, t)])
+  full = np.full(32, 2**32 - 1, np.uint32)  # every position of a full mask
+  np.testing.assert_array_equal(
+      np.asarray(exact.nth_set_bit(full, np.arange(32, dtype=np.uint32))),
+      np.arange(32))
 
 
-@pytest.mark.parametrize("levels", [2, 4])
-@pytest.mark.parametrize("p_deep, p_rare", [(0.05, 0.01), (0.25, 0.004),
-                                            (0.9, 0.1), (1.0, 0.0)])
-def test_each_sample_reads_its_own_pool_bytes(p_deep, p_rare, levels):
+_jit_pooled = jax.jit(exact._pooled_bytes)
+
+
+@pytest.mark.parametrize("p_deep", [0.05, 0.25, 0.9, 1.0])
+def test_each_sample_reads_its_own_pool_bytes(p_deep):
   """Deep sample r (rank among the deep samples) gets byte r of the level-2
-  pool; rare sample s gets 16-bit slot s of the rare pool: distinct bytes,
-  whatever the groups' alignments in the windows."""
-  rng = np.random.default_rng(int(p_deep * 100) + levels)
+  pool: distinct bytes, whatever the groups' alignments in the windows."""
+  rng = np.random.default_rng(int(p_deep * 100))
   g = 64
   deep = rng.random((32, g)) < p_deep
-  rare = deep & (rng.random((32, g)) < p_rare / max(p_deep, 1e-9))
-  rare[:, 0] = False
-  rare[:8, 0] = deep[:8, 0] = True  # a group with 8 rare samples (the most)
+  deep[:, 0] = True  # a group of 32 deep samples (the most)
   m1, b1 = _masks(deep)
-  m3, b3 = _masks(rare)
   words = int(deep.sum()) // 4 + exact._WINDOW
   pool = rng.integers(0, 2**32, words, dtype=np.uint64).astype(np.uint32)
-  rare_words = int(rare.sum()) // 2 + exact._RARE_WINDOW
-  rare_pool = rng.integers(0, 2**32, rare_words,
-                           dtype=np.uint64).astype(np.uint32)
-  r2, r3 = _jit_pooled(jax.device_put(np.concatenate([pool, rare_pool])),
-                       words, m1, m3, b1, b3, levels)
-  as_bytes = pool.view(np.uint8)
+  r2 = _jit_pooled(jax.device_put(pool), m1, b1)
   rank2 = (np.cumsum(deep.T.ravel()) - 1).reshape(g, 32).T  # lane-major ranks
-  np.testing.assert_array_equal(np.asarray(r2)[deep], as_bytes[rank2[deep]])
-  if levels == 2:
-    assert r3 is None
-    return
-  slots = rare_pool.view(np.uint16)
-  rank3 = (np.cumsum(rare.T.ravel()) - 1).reshape(g, 32).T
-  np.testing.assert_array_equal(np.asarray(r3)[rare], slots[rank3[rare]])
+  np.testing.assert_array_equal(np.asarray(r2)[deep],
+                                pool.view(np.uint8)[rank2[deep]])
+
+
+_jit_rare = jax.jit(exact._rare, static_argnames=("slots", "levels"))
+
+
+@pytest.mark.parametrize("fmt, dist", [("float8_e4m3fn", "normal"),
+                                       ("float8_e5m2", "uniform")])
+@pytest.mark.parametrize("p_rare", [0.004, 0.1])
+def test_rare_samples_are_compacted_in_rank_order(fmt, dist, p_rare):
+  """Rare sample j (rank among the rare samples, group-major) lands in slot
+  j: its position is its own, and its index is the tree's descent from its
+  own first byte, its level-2 pool byte and 16-bit rare slot j; slots past
+  the rare samples point out of bounds."""
+  p = exact.plan(dist, fmt, ())
+  assert p.levels > 2
+  rng = np.random.default_rng(int(p_rare * 1000))
+  g = 64
+  # First bytes: rare (>= rare_byte), deep but not rare, or pure.
+  kind = rng.random((32, g))
+  u = np.where(kind < p_rare, rng.integers(p.rare_byte, 256, (32, g)),
+               np.where(kind < 0.3, rng.integers(p.pure[0], p.rare_byte,
+                                                 (32, g)),
+                        rng.integers(0, p.pure[0], (32, g))))
+  u[:, 5] = 255  # a group of 32 rare samples
+  u[:, 6] = 0    # and one of none
+  w = np.zeros((8, g), np.uint32)  # lane 4 * row + b is byte b of a word
+  for lane in range(32):
+    w[lane // 4] |= (u[lane].astype(np.uint32) << (8 * (lane % 4)))
+  deep, rare = u >= p.pure[0], u >= p.rare_byte
+  m1, b1 = _masks(deep)
+  m3, b3 = _masks(rare)
+  n_deep, n_rare = int(deep.sum()), int(rare.sum())
+  words = n_deep // 4 + exact._WINDOW
+  pool = rng.integers(0, 2**32, words + n_rare // 2 + 1,
+                      dtype=np.uint64).astype(np.uint32)
+  slots = 1 << n_rare.bit_length()
+  main = np.zeros(1 << 16, np.uint8)
+  main[:len(p.main)] = p.main
+  pure, offset = np.array(p.pure, np.int32), np.array(p.offset, np.int32)
+  position, index = (np.asarray(a) for a in _jit_rare(
+      jax.device_put(w), jax.device_put(pool), words, m1, m3, b1, b3,
+      slots=slots, main=main, pure=pure, offset=offset, levels=p.levels))
+  lane, group = np.nonzero(rare.T)[::-1]  # group-major order
+  np.testing.assert_array_equal(position[:n_rare], lane * g + group)
+  assert np.all(position[n_rare:] == 32 * g)
+  rank2 = (np.cumsum(deep.T.ravel()) - 1).reshape(g, 32).T
+  r2 = pool.view(np.uint8)[rank2[lane, group]]
+  r3 = pool[words:].view(np.uint16)[:n_rare]
+  want = exact._descend(main, pure, offset, p.levels, u[lane, group],
+                        r2.astype(np.int32), r3.astype(np.int32))
+  np.testing.assert_array_equal(index[:n_rare], np.asarray(want))
 
 
 def test_overflow_conditions():
-  """Too many level-2 bytes, too many rare slots, or a group with more rare
-  slots than its window holds at its alignment (8 from an even slot, 7 from
-  an odd one)."""
+  """Too many level-2 bytes or too many rare slots (in any one group:
+  the rare samples are compacted, with no window to fill)."""
   def check(deep, rare, n_bytes, slots, levels=4):
     m1, b1 = _masks(deep)
     m3, b3 = _masks(rare)
@@ -348,11 +398,9 @@ def test_overflow_conditions():
   rare = np.zeros((32, 4), bool)
   deep[:10] = True  # 40 level-2 bytes
   assert not check(deep, rare, 40, 0) and check(deep, rare, 39, 0)
-  rare[:8, 1] = True  # group 1: slots 0..7
-  assert not check(deep, rare, 40, 8) and check(deep, rare, 40, 7)
-  rare[0, 0] = True  # group 1 now starts at an odd slot: 1..8
-  assert check(deep, rare, 40, 100)
-  assert not check(deep, rare, 40, 100, levels=2)  # no rare samples there
+  rare[:10, 1] = True  # group 1: 10 rare slots
+  assert not check(deep, rare, 40, 10) and check(deep, rare, 40, 9)
+  assert not check(deep, rare, 40, 0, levels=2)  # no rare samples there
 
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
@@ -370,6 +418,10 @@ def test_pool_sizes_hold_ten_sigmas(fmt, n_pad):
       need = n_pad * f + 10 * np.sqrt(n_pad * f * (1 - f)) + 32
       assert size % unit == 0
       assert min(need, n_pad) <= size <= min(need + unit, n_pad)
+    assert pool.rare_words == pool.slots // 2
+    rare_cap = pool.rare_capacity  # static: a power of two, >= 256
+    assert rare_cap >= max(pool.slots, 256) and rare_cap & (rare_cap - 1) == 0
+    assert rare_cap < 2 * max(pool.slots, 256)
     cap = pool.capacity(n_pad)
     assert pool.words + pool.rare_words <= cap
     assert cap == max(1024, n_pad // 8)  # these laws share a program

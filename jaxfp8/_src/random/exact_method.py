@@ -257,6 +257,12 @@ class _Pool(NamedTuple):
     return small if self.words + self.rare_words <= small else _capacity(
         n_pad)
 
+  @property
+  def rare_capacity(self) -> int:
+    """The rare slots the program compacts (static): ``slots`` rounded up
+    to a power of two, at least 256 (0 without rare slots)."""
+    return max(256, 1 << (self.slots - 1).bit_length()) if self.slots else 0
+
   def computed(self, n_pad: int) -> int:
     """Words a call draws for the pool (:func:`bits_lib.words_computed`)."""
     return bits_lib.words_computed(self.words + self.rare_words,
@@ -267,8 +273,7 @@ def _pool(p: TreePlan, n_pad: int) -> _Pool:
   """The pool of a call of ``n_pad`` samples of the DDG plan ``p``."""
   n_bytes, slots = pool_sizes(p, n_pad)
   # Each region with the slack a window at its last byte reads.
-  return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW,
-               slots // 2 + _RARE_WINDOW if slots else 0)
+  return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW, slots // 2)
 
 
 def _words_drawn(p: TreePlan, n_pad: int) -> int:
@@ -307,23 +312,38 @@ def lanes(words: jax.Array, width: int) -> jax.Array:
   return u.reshape(-1, words.shape[-1]).astype(jnp.int32)
 
 
-def byte_masks(w: jax.Array, threshold) -> jax.Array:
+def byte_masks(w: jax.Array, threshold, *, shifted: bool = False
+               ) -> jax.Array:
   """For words ``w`` (shape ``(8, G)``), each group's mask of the samples
   whose first byte is at least ``threshold``: bit ``l`` is sample (row) ``l``
   of :func:`lanes` ``(w, 8)``. One elementwise pass over ``G``, reading the
   bytes of the words (a reduction over the 32 rows of the lanes measured
   1 ms per 2^21 samples, the most of any step in an ES population draw).
 
+  ``shifted`` tests each byte shifted down (``(w >> 8b) & 0xFF >= t``), not
+  in place (``w & (0xFF << 8b) >= t << 8b``): the same masks, by an
+  expression that shares nothing with the other's. Two masks of the same
+  words, one of each form, are then two fused passes; two of one form
+  shared their bytes, which XLA CPU kept as four arrays of 4 MB each at
+  2^22 samples (3 ms per call).
+
   >>> w = jnp.array([[0x000000FF, 7]] + [[0, 0]] * 7, jnp.uint32)
   >>> byte_masks(w, 8).tolist()  # lane 0 of group 0: byte 0 of word 0
   [1, 0]
+  >>> byte_masks(w, 8, shifted=True).tolist()
+  [1, 0]
   """
-  # Each word's 4 bits (bit b: byte b), for all rows at once; then the 8
-  # rows' nibbles side by side (bit 4j + b: lane 4j + b, as in lanes()).
+  t = jnp.asarray(threshold).astype(jnp.uint32)
+  some = t < 256  # a threshold of 256 shifted in place would wrap to 0
   nibble = jnp.zeros(w.shape, jnp.uint32)
   for b in range(4):
-    byte = ((w >> jnp.uint32(8 * b)) & 0xFF).astype(jnp.int32)
-    nibble = nibble | ((byte >= threshold).astype(jnp.uint32) << jnp.uint32(b))
+    if shifted:
+      hit = ((w >> jnp.uint32(8 * b)) & 0xFF) >= t
+    else:
+      hit = some & ((w & jnp.uint32(0xFF << (8 * b)))
+                    >= (jnp.minimum(t, 255) << jnp.uint32(8 * b)))
+    nibble = nibble | (hit.astype(jnp.uint32) << jnp.uint32(b))
+  # The 8 rows' nibbles side by side (bit 4j + b: lane 4j + b, as in lanes()).
   out = nibble[0]
   for j in range(1, w.shape[0]):
     out = out | (nibble[j] << jnp.uint32(4 * j))
@@ -374,9 +394,10 @@ def _select(rows: list[jax.Array], index: jax.Array) -> jax.Array:
 
 
 def _descend(main, pure, offset, levels: int, u, r2, r3):
-  """The table index of each sample: level-1 byte ``u``, its level-2 byte
-  ``r2`` and (for samples that go deeper) the 16 bits ``r3`` of levels 3 and
-  4 (all int32, shape ``(32, G)``)."""
+  """The table index of each sample, descending ``levels`` levels: level-1
+  byte ``u``, its level-2 byte ``r2`` and (for samples that go deeper) the 16
+  bits ``r3`` of levels 3 and 4 (int32 arrays of one shape; ``r3`` unused
+  when ``levels <= 2``)."""
   deep = u >= pure[0]
   e = ((u - pure[0]) << _RADIX) + r2
   index = jnp.where(deep, offset[1] + e, u)
@@ -401,10 +422,11 @@ def _windows(pool: jax.Array, start: jax.Array, size: int) -> jax.Array:
   return out.reshape(*start.shape, size)
 
 
-def _pooled_bytes(pool, rare_start, m1, m3, b1, b3, levels: int):
-  """Each sample's level-2 byte and rare 16 bits from the pool (int32,
-  ``(32, G)``; meaningful where the sample takes them): level-2 bytes from
-  word 0 of ``pool``, rare slots from word ``rare_start``."""
+def _pooled_bytes(pool, m1, b1):
+  """Each sample's level-2 byte from the pool (int32, ``(32, G)``;
+  meaningful where the sample takes one): the byte of its rank among the
+  level-1 deep samples (group masks ``m1``, their :func:`exclusive_ranks`
+  ``b1``), counting from word 0 of ``pool``."""
   lane = jnp.arange(_GROUP, dtype=jnp.uint32)[:, None]
   quarter_start = lane & ~jnp.uint32(_QUARTER - 1)
   in_quarter = _below(lane) & ~_below(quarter_start)  # lanes below, same quarter
@@ -419,46 +441,89 @@ def _pooled_bytes(pool, rare_start, m1, m3, b1, b3, levels: int):
       m1[None] & in_quarter)  # the sample's byte within its quarter's words
   word = _select([jnp.repeat(window[..., i], _QUARTER, axis=0)
                   for i in range(_WINDOW)], k >> 2)
-  r2 = ((word >> ((k & 3) << 3)) & 0xFF).astype(jnp.int32)
-  if levels <= 2:
-    return r2, None
-  b3 = b3.astype(jnp.uint32)
-  rare = _windows(pool, rare_start + (b3 >> 1).astype(jnp.int32),
-                  _RARE_WINDOW)  # (G, _RARE_WINDOW)
-  slot = (b3 & 1)[None] + lax.population_count(m3[None] & _below(lane))
-  word = _select([rare[:, i][None] for i in range(_RARE_WINDOW)], slot >> 1)
-  return r2, ((word >> ((slot & 1) << 4)) & 0xFFFF).astype(jnp.int32)
+  return ((word >> ((k & 3) << 3)) & 0xFF).astype(jnp.int32)
+
+
+def nth_set_bit(m: jax.Array, t: jax.Array) -> jax.Array:
+  """The position of set bit number ``t`` (from 0, counting from bit 0) of
+  each mask ``m`` (uint32; ``t`` below its popcount), by binary search on
+  popcounts (uint32).
+
+  >>> nth_set_bit(jnp.uint32(0b1011000), jnp.uint32(2)).tolist()
+  6
+  """
+  pos = jnp.zeros(jnp.broadcast_shapes(m.shape, t.shape), jnp.uint32)
+  t = t.astype(jnp.uint32)
+  for half in (16, 8, 4, 2, 1):
+    low = lax.population_count((m >> pos) & jnp.uint32((1 << half) - 1))
+    skip = t >= low
+    pos = jnp.where(skip, pos + half, pos)
+    t = jnp.where(skip, t - low, t)
+  return pos
+
+
+def _rare(w, pool, rare_start, m1, m3, b1, b3, *, slots: int, main, pure,
+          offset, levels: int):
+  """The rare samples (level-1 byte at least :attr:`TreePlan.rare_byte`:
+  those that may read level 3), compacted: for slot ``j < slots``, the flat
+  position (``lane * G + group``) of the rare sample of rank ``j`` and its
+  table index, read with its level-2 pool byte and the 16 bits of rare slot
+  ``j`` (pool word ``rare_start + j // 2``). Slots past the call's rare
+  samples get position ``32 * G`` (out of bounds).
+
+  Only ``slots`` samples (1/256 of them for normal in float8_e4m3fn) do the
+  deep levels' work: the pass over every sample descends two levels."""
+  groups = w.shape[1]
+  inclusive = b3 + lax.population_count(m3).astype(jnp.int32)
+  j = jnp.arange(slots, dtype=jnp.int32)
+  # Slot j's group: each group with rare samples marks its first slot, and
+  # a running maximum carries the mark over the group's other slots (a
+  # scatter of G entries: a binary search, 17 gathers of every slot, took
+  # 1.4 ms against 0.4 at 2^22 samples).
+  first = jnp.where(inclusive > b3, b3, slots)
+  g = lax.cummax(jnp.zeros(slots, jnp.int32).at[first].set(
+      jnp.arange(groups, dtype=jnp.int32), mode="drop"))
+  lane = nth_set_bit(m3[g], (j - b3[g]).astype(jnp.uint32))
+  u = (w[lane >> 2, g] >> ((lane & 3) << 3)) & 0xFF
+  rank = (b1[g] + lax.population_count(m1[g] & _below(lane)).astype(
+      jnp.int32))
+  r2 = (pool[rank >> 2] >> ((rank & 3) << 3).astype(jnp.uint32)) & 0xFF
+  r3 = (pool[rare_start + (j >> 1)] >> ((j & 1) << 4).astype(jnp.uint32)
+        ) & 0xFFFF
+  index = _descend(main, pure, offset, levels, u.astype(jnp.int32),
+                   r2.astype(jnp.int32), r3.astype(jnp.int32))
+  position = jnp.where(j < inclusive[-1],
+                       lane.astype(jnp.int32) * groups + g, _GROUP * groups)
+  return position, index
 
 
 def overflows(m1, m3, b1, b3, n_bytes: int, slots: int, levels: int):
   """Whether the pool can't serve a call: its samples need more level-2
-  bytes than ``n_bytes`` or more rare slots than ``slots``, or a group more
-  rare slots than its window holds at its alignment (group masks ``m1``,
-  ``m3`` and their :func:`exclusive_ranks` ``b1``, ``b3``).
+  bytes than ``n_bytes`` or more rare slots than ``slots`` (group masks
+  ``m1``, ``m3`` and their :func:`exclusive_ranks` ``b1``, ``b3``).
 
-  >>> m = jnp.array([0x1FF, 0], jnp.uint32)  # 9 rare samples in one group
+  >>> m = jnp.array([0x1FF, 0], jnp.uint32)  # 9 deep samples, all rare
   >>> b = exclusive_ranks(m)
-  >>> bool(overflows(m, m, b, b, 64, 64, 4))  # its window holds 8
+  >>> bool(overflows(m, m, b, b, 64, 8, 4))  # 9 rare slots needed, 8 held
   True
-  >>> bool(overflows(m, m, b, b, 64, 64, 2))  # no rare samples: 9 bytes fit
+  >>> bool(overflows(m, m, b, b, 64, 8, 2))  # no level 3: 9 bytes fit in 64
   False
   """
   total = b1[-1] + lax.population_count(m1[-1]).astype(jnp.int32)
   out = total > n_bytes
   if levels > 2:
-    c3 = lax.population_count(m3).astype(jnp.int32)
-    out |= (b3[-1] + c3[-1] > slots) | jnp.any(
-        (b3 & 1) + c3 > 2 * _RARE_WINDOW)
+    out |= b3[-1] + lax.population_count(m3[-1]).astype(jnp.int32) > slots
   return out
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "kind", "width", "levels", "capacity", "fmt_name", "shape", "force_fresh"))
+    "kind", "width", "levels", "capacity", "rare_capacity", "fmt_name",
+    "shape", "force_fresh"))
 def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
-                 capacity, fmt_name, shape, force_fresh=False):
+                 capacity, rare_capacity, fmt_name, shape, force_fresh=False):
   # The tables and the pool's counts are arguments, not constants: one
   # compilation serves every law of a format, table size class, shape, depth
-  # and pool capacity.
+  # and pool capacities.
   fmt = formats.get(fmt_name)
   n, n_pad = bits_lib.padded_size(shape, _PAD)
   if kind == "pure":
@@ -475,17 +540,24 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   pool = bits_lib.words_upto(k_pool, words + rare_words, capacity)
 
   m1 = byte_masks(w, pure[0])
-  m3 = byte_masks(w, pure[0] + (pure[1] >> _RADIX)) if levels > 2 else m1
+  m3 = (byte_masks(w, pure[0] + (pure[1] >> _RADIX), shifted=True)
+        if levels > 2 else m1)
   b1 = exclusive_ranks(m1)
   b3 = exclusive_ranks(m3) if levels > 2 else jnp.zeros_like(b1)
   overflow = overflows(m1, m3, b1, b3, n_bytes, slots, levels)
+  nowhere = jnp.full(rare_capacity, n_pad, jnp.int32)
 
   # The branches take the masks as operands (computed once, small) and
   # their samples' first bytes again from ``w`` (fused into their pass).
   def pooled(w, m1, m3, b1, b3, pool, words):
-    u = lanes(w, _RADIX)
-    r2, r3 = _pooled_bytes(pool, words, m1, m3, b1, b3, levels)
-    return _descend(main, pure, offset, levels, u, r2, r3)
+    index = _descend(main, pure, offset, 2, lanes(w, _RADIX),
+                     _pooled_bytes(pool, m1, b1), None)
+    if levels <= 2:
+      return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
+    position, rare = _rare(w, pool, words, m1, m3, b1, b3,
+                           slots=rare_capacity, main=main, pure=pure,
+                           offset=offset, levels=levels)
+    return index, position, rare
 
   def fresh(w, m1, m3, b1, b3, pool, words):
     del m1, m3, b1, b3, pool, words
@@ -498,12 +570,15 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
       return _descend(main, pure, offset, levels, u,
                       (f & 0xFF).astype(jnp.int32),
                       (f >> 8 & 0xFFFF).astype(jnp.int32))[0]
-    return lax.map(row, jnp.arange(_GROUP))
+    index = lax.map(row, jnp.arange(_GROUP))
+    return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
 
-  index = lax.cond(overflow | force_fresh, fresh, pooled, w, m1, m3, b1, b3,
-                   pool, words)
-  codes = main.at[index.reshape(n_pad)[:n].astype(jnp.int32)].get(
-      mode="promise_in_bounds")
+  index, position, rare = lax.cond(overflow | force_fresh, fresh, pooled, w,
+                                   m1, m3, b1, b3, pool, words)
+  # The rare samples' indices replace the two-level ones (a scatter of
+  # ``rare_capacity`` entries, the out-of-bounds ones dropped).
+  index = index.reshape(n_pad).at[position].set(rare, mode="drop")
+  codes = main.at[index[:n].astype(jnp.int32)].get(mode="promise_in_bounds")
   return codes_lib.from_codes(codes.reshape(shape), fmt)
 
 
@@ -522,7 +597,7 @@ def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format,
     return _tree_sample(key, p.main, np.zeros(1, np.int32),
                         np.zeros(1, np.int32), np.zeros(4, np.int32),
                         kind="pure", width=p.width, levels=1, capacity=0,
-                        fmt_name=fmt.name, shape=tuple(shape))
+                        rare_capacity=0, fmt_name=fmt.name, shape=tuple(shape))
   n_pad = bits_lib.padded_size(tuple(shape), _PAD)[1]
   pool = pool or _pool(p, n_pad)
   main = np.zeros(_table_class(len(p.main)), np.uint8)
@@ -532,6 +607,7 @@ def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format,
                       np.array(pool, np.int32), kind="ddg", width=p.width,
                       levels=p.levels,
                       capacity=pool.capacity(n_pad),
+                      rare_capacity=pool.rare_capacity,
                       fmt_name=fmt.name, shape=tuple(shape),
                       force_fresh=force_fresh)
 
