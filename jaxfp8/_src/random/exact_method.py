@@ -26,11 +26,14 @@ popcount within a group of 32 samples plus a prefix sum over the groups. The
 samples never gather from the pool: each quarter of a group (8 samples)
 reads the 3 pool words that hold its bytes (a gather per quarter, not per
 sample), and each sample picks its byte out of them with two selects. The
-rare samples' 16 bits come the same way from a second region of the pool, a
-window of 4 words per group. If more samples need bytes than the pool holds,
-or a group more rare slots than its window (beyond ten standard deviations,
-or about once in 10^7 calls of 2^22 samples), every sample takes fresh bits
-instead (``lax.cond``). Either way each byte a sample uses is uniform and
+pass over every sample descends two levels. The rare samples are compacted
+instead (:func:`_rare`): rare sample ``j`` (by rank) finds its group and
+lane, takes its level-2 byte and 16-bit slot ``j`` of a second pool region,
+descends all the levels, and its table index replaces the two-level one (a
+scatter of the rare slots). If more samples need bytes than the pool holds,
+or more rare slots (beyond ten standard deviations, or about once in 10^7
+calls of 2^22 samples), every sample takes fresh bits instead
+(``lax.cond``). Either way each byte a sample uses is uniform and
 independent of every other bit used, so ``P(i) = q_i / 2^32`` exactly.
 
 The pool's size is an argument of the compiled program, not a constant: the
@@ -74,7 +77,6 @@ _LEVELS = 32 // _RADIX
 _GROUP = 32           # samples per popcount group (one uint32 mask)
 _QUARTER = 8          # samples per level-2 window
 _WINDOW = 3           # pool words per quarter: 8 bytes at any alignment
-_RARE_WINDOW = 4      # pool words per group: 7 16-bit slots at any alignment
 _SIGMAS = 10          # pool slack, in binomial standard deviations
 _PAD = 4 * _GROUP     # samples are padded to whole groups of whole words
 REFERENCE_N = 1 << 22  # the sample count plan_bits reports for
@@ -272,7 +274,7 @@ class _Pool(NamedTuple):
 def _pool(p: TreePlan, n_pad: int) -> _Pool:
   """The pool of a call of ``n_pad`` samples of the DDG plan ``p``."""
   n_bytes, slots = pool_sizes(p, n_pad)
-  # Each region with the slack a window at its last byte reads.
+  # The level-2 region with the slack a window at its last byte reads.
   return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW, slots // 2)
 
 
