@@ -21,6 +21,7 @@ from jaxfp8._src import distributions
 from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
 from jaxfp8._src.random import exact_method as exact
+from jaxfp8._src.random import pool as pool_lib
 from jaxfp8._src.random import table_method
 from stats import chi_square
 from stats import scipy_law
@@ -277,7 +278,7 @@ def np_group_masks(mask):
           ).sum(0).astype(np.uint32)
 
 
-_jit_ranks = jax.jit(exact.exclusive_ranks)
+_jit_ranks = jax.jit(pool_lib.exclusive_ranks)
 
 
 def _masks(mask):
@@ -292,9 +293,9 @@ def test_byte_masks_and_ranks(p, shifted):
   g = 96
   w = rng.integers(0, 2**32, (8, g), dtype=np.uint64).astype(np.uint32)
   threshold = int(round(256 * (1 - p)))
-  got = np.asarray(jax.jit(exact.byte_masks, static_argnames="shifted")(
+  got = np.asarray(jax.jit(pool_lib.byte_masks, static_argnames="shifted")(
       w, threshold, shifted=shifted))
-  lanes = np.asarray(exact.lanes(jax.device_put(w), 8))
+  lanes = np.asarray(pool_lib.lanes(jax.device_put(w), 8))
   np.testing.assert_array_equal(got, np_group_masks(lanes >= threshold))
   mask = rng.random((32, g)) < p
   word, before = _masks(mask)
@@ -308,15 +309,15 @@ def test_nth_set_bit():
                       [1, 2**31, 2**32 - 1]]).astype(np.uint32)
   bits = [np.flatnonzero((int(x) >> np.arange(32)) & 1) for x in m]
   t = np.array([rng.integers(0, len(b)) for b in bits], np.uint32)
-  got = np.asarray(jax.jit(exact.nth_set_bit)(m, t))
+  got = np.asarray(jax.jit(pool_lib.nth_set_bit)(m, t))
   np.testing.assert_array_equal(got, [b[i] for b, i in zip(bits, t)])
   full = np.full(32, 2**32 - 1, np.uint32)  # every position of a full mask
   np.testing.assert_array_equal(
-      np.asarray(exact.nth_set_bit(full, np.arange(32, dtype=np.uint32))),
+      np.asarray(pool_lib.nth_set_bit(full, np.arange(32, dtype=np.uint32))),
       np.arange(32))
 
 
-_jit_pooled = jax.jit(exact._pooled_bytes)
+_jit_pooled = jax.jit(pool_lib.pooled_bytes)
 
 
 @pytest.mark.parametrize("p_deep", [0.05, 0.25, 0.9, 1.0])
@@ -328,7 +329,7 @@ def test_each_sample_reads_its_own_pool_bytes(p_deep):
   deep = rng.random((32, g)) < p_deep
   deep[:, 0] = True  # a group of 32 deep samples (the most)
   m1, b1 = _masks(deep)
-  words = int(deep.sum()) // 4 + exact._WINDOW
+  words = int(deep.sum()) // 4 + pool_lib.WINDOW
   pool = rng.integers(0, 2**32, words, dtype=np.uint64).astype(np.uint32)
   r2 = _jit_pooled(jax.device_put(pool), m1, b1)
   rank2 = (np.cumsum(deep.T.ravel()) - 1).reshape(g, 32).T  # lane-major ranks
@@ -336,7 +337,7 @@ def test_each_sample_reads_its_own_pool_bytes(p_deep):
                                 pool.view(np.uint8)[rank2[deep]])
 
 
-_jit_rare = jax.jit(exact._rare, static_argnames=("slots", "levels"))
+_jit_rare = jax.jit(pool_lib.rare_bytes, static_argnames="slots")
 
 
 @pytest.mark.parametrize("fmt, dist", [("float8_e4m3fn", "normal"),
@@ -344,9 +345,9 @@ _jit_rare = jax.jit(exact._rare, static_argnames=("slots", "levels"))
 @pytest.mark.parametrize("p_rare", [0.004, 0.1])
 def test_rare_samples_are_compacted_in_rank_order(fmt, dist, p_rare):
   """Rare sample j (rank among the rare samples, group-major) lands in slot
-  j: its position is its own, and its index is the tree's descent from its
-  own first byte, its level-2 pool byte and 16-bit rare slot j; slots past
-  the rare samples point out of bounds."""
+  j with its own position, its own first byte, its level-2 pool byte (of
+  its rank among the deep samples) and 16-bit rare slot j; slots past the
+  rare samples point out of bounds."""
   p = exact.plan(dist, fmt, ())
   assert p.levels > 2
   rng = np.random.default_rng(int(p_rare * 1000))
@@ -366,25 +367,21 @@ def test_rare_samples_are_compacted_in_rank_order(fmt, dist, p_rare):
   m1, b1 = _masks(deep)
   m3, b3 = _masks(rare)
   n_deep, n_rare = int(deep.sum()), int(rare.sum())
-  words = n_deep // 4 + exact._WINDOW
+  words = n_deep // 4 + pool_lib.WINDOW
   pool = rng.integers(0, 2**32, words + n_rare // 2 + 1,
                       dtype=np.uint64).astype(np.uint32)
   slots = 1 << n_rare.bit_length()
-  main = np.zeros(1 << 16, np.uint8)
-  main[:len(p.main)] = p.main
-  pure, offset = np.array(p.pure, np.int32), np.array(p.offset, np.int32)
-  position, index = (np.asarray(a) for a in _jit_rare(
+  position, *got = (np.asarray(a) for a in _jit_rare(
       jax.device_put(w), jax.device_put(pool), words, m1, m3, b1, b3,
-      slots=slots, main=main, pure=pure, offset=offset, levels=p.levels))
+      slots=slots))
   lane, group = np.nonzero(rare.T)[::-1]  # group-major order
   np.testing.assert_array_equal(position[:n_rare], lane * g + group)
   assert np.all(position[n_rare:] == 32 * g)
   rank2 = (np.cumsum(deep.T.ravel()) - 1).reshape(g, 32).T
   r2 = pool.view(np.uint8)[rank2[lane, group]]
   r3 = pool[words:].view(np.uint16)[:n_rare]
-  want = exact._descend(main, pure, offset, p.levels, u[lane, group],
-                        r2.astype(np.int32), r3.astype(np.int32))
-  np.testing.assert_array_equal(index[:n_rare], np.asarray(want))
+  for a, want in zip(got, (u[lane, group], r2, r3)):
+    np.testing.assert_array_equal(a[:n_rare], want)
 
 
 def test_overflow_conditions():
@@ -393,7 +390,7 @@ def test_overflow_conditions():
   def check(deep, rare, n_bytes, slots, levels=4):
     m1, b1 = _masks(deep)
     m3, b3 = _masks(rare)
-    return bool(exact.overflows(m1, m3, b1, b3, n_bytes, slots, levels))
+    return bool(pool_lib.overflows(m1, m3, b1, b3, n_bytes, slots, levels))
   deep = np.zeros((32, 4), bool)
   rare = np.zeros((32, 4), bool)
   deep[:10] = True  # 40 level-2 bytes

@@ -27,7 +27,7 @@ samples never gather from the pool: each quarter of a group (8 samples)
 reads the 3 pool words that hold its bytes (a gather per quarter, not per
 sample), and each sample picks its byte out of them with two selects. The
 pass over every sample descends two levels. The rare samples are compacted
-instead (:func:`_rare`): rare sample ``j`` (by rank) finds its group and
+instead (:func:`pool_lib.rare_bytes`): rare sample ``j`` (by rank) finds its group and
 lane, takes its level-2 byte and 16-bit slot ``j`` of a second pool region,
 descends all the levels, and its table index replaces the two-level one (a
 scatter of the rare slots). If more samples need bytes than the pool holds,
@@ -71,17 +71,14 @@ from jaxfp8._src import formats
 from jaxfp8._src import laws
 from jaxfp8._src.random import bits as bits_lib
 from jaxfp8._src.random import common
+from jaxfp8._src.random import pool as pool_lib
 
 _RADIX = 8            # bits per tree level
 _LEVELS = 32 // _RADIX
-_GROUP = 32           # samples per popcount group (one uint32 mask)
-_QUARTER = 8          # samples per level-2 window
-_WINDOW = 3           # pool words per quarter: 8 bytes at any alignment
 _SIGMAS = 10          # pool slack, in binomial standard deviations
-_PAD = 4 * _GROUP     # samples are padded to whole groups of whole words
+_PAD = 4 * pool_lib.GROUP  # samples are padded to whole groups of whole words
 REFERENCE_N = 1 << 22  # the sample count plan_bits reports for
 
-assert 4 * _WINDOW >= _QUARTER + 3  # a quarter's bytes always fit
 
 
 def free_width(width: int) -> int:
@@ -228,7 +225,8 @@ def pool_sizes(p: TreePlan, n_pad: int) -> tuple[int, int]:
   """
   out = []
   for f, unit in zip(p.fractions, (4, 2)):
-    need = n_pad * f + _SIGMAS * math.sqrt(n_pad * f * (1 - f)) + _GROUP
+    need = (n_pad * f + _SIGMAS * math.sqrt(n_pad * f * (1 - f))
+            + pool_lib.GROUP)
     out.append(min(-(-int(math.ceil(need)) // unit) * unit, n_pad))
   return out[0], (out[1] if p.levels > 2 else 0)
 
@@ -275,7 +273,7 @@ def _pool(p: TreePlan, n_pad: int) -> _Pool:
   """The pool of a call of ``n_pad`` samples of the DDG plan ``p``."""
   n_bytes, slots = pool_sizes(p, n_pad)
   # The level-2 region with the slack a window at its last byte reads.
-  return _Pool(n_bytes, slots, n_bytes // 4 + _WINDOW, slots // 2)
+  return _Pool(n_bytes, slots, n_bytes // 4 + pool_lib.WINDOW, slots // 2)
 
 
 def _words_drawn(p: TreePlan, n_pad: int) -> int:
@@ -303,98 +301,6 @@ def bits_per_sample(dist: str, fmt: formats.Format, params: dict) -> float:
   return plan_bits(plan(dist, fmt.name, tuple(sorted(params.items()))))
 
 
-def lanes(words: jax.Array, width: int) -> jax.Array:
-  """The ``width``-bit fields (``width`` dividing 32) of ``words`` (shape
-  ``(W, G)``) as int32 of shape ``(W * 32 // width, G)``: field ``b`` of row
-  ``j`` is row ``j * 32 // width + b`` (only leading axes merge: no
-  transposition, which XLA CPU makes slow when fused with a reduction)."""
-  per = 32 // width
-  shifts = (jnp.arange(per, dtype=jnp.uint32) * width)[None, :, None]
-  u = (words[:, None, :] >> shifts) & jnp.uint32((1 << width) - 1)
-  return u.reshape(-1, words.shape[-1]).astype(jnp.int32)
-
-
-def byte_masks(w: jax.Array, threshold, *, shifted: bool = False
-               ) -> jax.Array:
-  """For words ``w`` (shape ``(8, G)``), each group's mask of the samples
-  whose first byte is at least ``threshold``: bit ``l`` is sample (row) ``l``
-  of :func:`lanes` ``(w, 8)``. One elementwise pass over ``G``, reading the
-  bytes of the words (a reduction over the 32 rows of the lanes measured
-  1 ms per 2^21 samples, the most of any step in an ES population draw).
-
-  ``shifted`` tests each byte shifted down (``(w >> 8b) & 0xFF >= t``), not
-  in place (``w & (0xFF << 8b) >= t << 8b``): the same masks, by an
-  expression that shares nothing with the other's. Two masks of the same
-  words, one of each form, are then two fused passes; two of one form
-  shared their bytes, which XLA CPU kept as four arrays of 4 MB each at
-  2^22 samples (3 ms per call).
-
-  >>> w = jnp.array([[0x000000FF, 7]] + [[0, 0]] * 7, jnp.uint32)
-  >>> byte_masks(w, 8).tolist()  # lane 0 of group 0: byte 0 of word 0
-  [1, 0]
-  >>> byte_masks(w, 8, shifted=True).tolist()
-  [1, 0]
-  """
-  t = jnp.asarray(threshold).astype(jnp.uint32)
-  some = t < 256  # a threshold of 256 shifted in place would wrap to 0
-  nibble = jnp.zeros(w.shape, jnp.uint32)
-  for b in range(4):
-    if shifted:
-      hit = ((w >> jnp.uint32(8 * b)) & 0xFF) >= t
-    else:
-      hit = some & ((w & jnp.uint32(0xFF << (8 * b)))
-                    >= (jnp.minimum(t, 255) << jnp.uint32(8 * b)))
-    nibble = nibble | (hit.astype(jnp.uint32) << jnp.uint32(b))
-  # The 8 rows' nibbles side by side (bit 4j + b: lane 4j + b, as in lanes()).
-  out = nibble[0]
-  for j in range(1, w.shape[0]):
-    out = out | (nibble[j] << jnp.uint32(4 * j))
-  return out
-
-
-def exclusive_ranks(word: jax.Array) -> jax.Array:
-  """For group masks ``word`` (shape ``(G,)``), the number of set bits in
-  all earlier groups (int32).
-
-  The prefix sum is two-level: within blocks of up to 128 groups, a product
-  with a triangular matrix (float32, exact: the sums are at most 4,096), and
-  over the blocks a ``jnp.cumsum``. ``lax.associative_scan`` ran 15% faster
-  (0.34 against 0.40 ms for 2^17 groups) but its program compiled in 0.49 s
-  against 0.10 s; ``jnp.cumsum`` alone (a ``reduce_window`` on XLA CPU) ran
-  0.54 ms.
-
-  >>> exclusive_ranks(jnp.array([3, 0, 7], jnp.uint32)).tolist()
-  [0, 2, 2]
-  """
-  count = lax.population_count(word).astype(jnp.int32)
-  block = math.gcd(word.shape[0], 128)
-  blocks = count.reshape(-1, block)
-  upper = np.triu(np.ones((block, block), np.float32), 1)  # j < i
-  inside = jnp.dot(blocks.astype(jnp.float32), upper,
-                   precision=lax.Precision.HIGHEST).astype(jnp.int32)
-  total = jnp.sum(blocks, axis=1)
-  return (inside + (jnp.cumsum(total) - total)[:, None]).reshape(-1)
-
-
-def _below(lane: jax.Array) -> jax.Array:
-  """The mask of the lanes below ``lane`` (uint32)."""
-  return (jnp.uint32(1) << lane) - 1
-
-
-def _select(rows: list[jax.Array], index: jax.Array) -> jax.Array:
-  """``rows[index]`` elementwise, for ``index < len(rows)``: a binary tree
-  of selects on the bits of ``index`` (uint32)."""
-  level, bit = list(rows), 0
-  while len(level) > 1:
-    if len(level) % 2:
-      level.append(level[-1])
-    take = ((index >> bit) & 1) == 1
-    level = [jnp.where(take, level[i + 1], level[i])
-             for i in range(0, len(level), 2)]
-    bit += 1
-  return level[0]
-
-
 def _descend(main, pure, offset, levels: int, u, r2, r3):
   """The table index of each sample, descending ``levels`` levels: level-1
   byte ``u``, its level-2 byte ``r2`` and (for samples that go deeper) the 16
@@ -411,113 +317,6 @@ def _descend(main, pure, offset, levels: int, u, r2, r3):
   return index.astype(index_type)
 
 
-def _windows(pool: jax.Array, start: jax.Array, size: int) -> jax.Array:
-  """``pool[start + i]`` for ``i < size``, shape ``start.shape + (size,)``:
-  one gather of ``size``-word slices (XLA CPU's gather loop then runs once
-  per window, not once per word: 3x fewer iterations for the level-2
-  windows); starts are clamped to the pool."""
-  index = start.reshape(-1, 1)
-  dims = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(),
-                                    start_index_map=(0,))
-  out = lax.gather(pool, index, dims, slice_sizes=(size,),
-                   mode=lax.GatherScatterMode.CLIP)
-  return out.reshape(*start.shape, size)
-
-
-def _pooled_bytes(pool, m1, b1):
-  """Each sample's level-2 byte from the pool (int32, ``(32, G)``;
-  meaningful where the sample takes one): the byte of its rank among the
-  level-1 deep samples (group masks ``m1``, their :func:`exclusive_ranks`
-  ``b1``), counting from word 0 of ``pool``."""
-  lane = jnp.arange(_GROUP, dtype=jnp.uint32)[:, None]
-  quarter_start = lane & ~jnp.uint32(_QUARTER - 1)
-  in_quarter = _below(lane) & ~_below(quarter_start)  # lanes below, same quarter
-  quarters = _GROUP // _QUARTER
-  first = (jnp.arange(quarters, dtype=jnp.uint32) * _QUARTER)[:, None]
-  # Where each quarter's bytes begin in the level-2 region: (quarters, G).
-  base = b1.astype(jnp.uint32)[None] + lax.population_count(m1[None] &
-                                                            _below(first))
-  start = (base >> 2).astype(jnp.int32)
-  window = _windows(pool, start, _WINDOW)  # (quarters, G, _WINDOW)
-  k = jnp.repeat(base & 3, _QUARTER, axis=0) + lax.population_count(
-      m1[None] & in_quarter)  # the sample's byte within its quarter's words
-  word = _select([jnp.repeat(window[..., i], _QUARTER, axis=0)
-                  for i in range(_WINDOW)], k >> 2)
-  return ((word >> ((k & 3) << 3)) & 0xFF).astype(jnp.int32)
-
-
-def nth_set_bit(m: jax.Array, t: jax.Array) -> jax.Array:
-  """The position of set bit number ``t`` (from 0, counting from bit 0) of
-  each mask ``m`` (uint32; ``t`` below its popcount), by binary search on
-  popcounts (uint32).
-
-  >>> nth_set_bit(jnp.uint32(0b1011000), jnp.uint32(2)).tolist()
-  6
-  """
-  pos = jnp.zeros(jnp.broadcast_shapes(m.shape, t.shape), jnp.uint32)
-  t = t.astype(jnp.uint32)
-  for half in (16, 8, 4, 2, 1):
-    low = lax.population_count((m >> pos) & jnp.uint32((1 << half) - 1))
-    skip = t >= low
-    pos = jnp.where(skip, pos + half, pos)
-    t = jnp.where(skip, t - low, t)
-  return pos
-
-
-def _rare(w, pool, rare_start, m1, m3, b1, b3, *, slots: int, main, pure,
-          offset, levels: int):
-  """The rare samples (level-1 byte at least :attr:`TreePlan.rare_byte`:
-  those that may read level 3), compacted: for slot ``j < slots``, the flat
-  position (``lane * G + group``) of the rare sample of rank ``j`` and its
-  table index, read with its level-2 pool byte and the 16 bits of rare slot
-  ``j`` (pool word ``rare_start + j // 2``). Slots past the call's rare
-  samples get position ``32 * G`` (out of bounds).
-
-  Only ``slots`` samples (1/256 of them for normal in float8_e4m3fn) do the
-  deep levels' work: the pass over every sample descends two levels."""
-  groups = w.shape[1]
-  inclusive = b3 + lax.population_count(m3).astype(jnp.int32)
-  j = jnp.arange(slots, dtype=jnp.int32)
-  # Slot j's group: each group with rare samples marks its first slot, and
-  # a running maximum carries the mark over the group's other slots (a
-  # scatter of G entries: a binary search, 17 gathers of every slot, took
-  # 1.4 ms against 0.4 at 2^22 samples).
-  first = jnp.where(inclusive > b3, b3, slots)
-  g = lax.cummax(jnp.zeros(slots, jnp.int32).at[first].set(
-      jnp.arange(groups, dtype=jnp.int32), mode="drop"))
-  lane = nth_set_bit(m3[g], (j - b3[g]).astype(jnp.uint32))
-  u = (w[lane >> 2, g] >> ((lane & 3) << 3)) & 0xFF
-  rank = (b1[g] + lax.population_count(m1[g] & _below(lane)).astype(
-      jnp.int32))
-  r2 = (pool[rank >> 2] >> ((rank & 3) << 3).astype(jnp.uint32)) & 0xFF
-  r3 = (pool[rare_start + (j >> 1)] >> ((j & 1) << 4).astype(jnp.uint32)
-        ) & 0xFFFF
-  index = _descend(main, pure, offset, levels, u.astype(jnp.int32),
-                   r2.astype(jnp.int32), r3.astype(jnp.int32))
-  position = jnp.where(j < inclusive[-1],
-                       lane.astype(jnp.int32) * groups + g, _GROUP * groups)
-  return position, index
-
-
-def overflows(m1, m3, b1, b3, n_bytes: int, slots: int, levels: int):
-  """Whether the pool can't serve a call: its samples need more level-2
-  bytes than ``n_bytes`` or more rare slots than ``slots`` (group masks
-  ``m1``, ``m3`` and their :func:`exclusive_ranks` ``b1``, ``b3``).
-
-  >>> m = jnp.array([0x1FF, 0], jnp.uint32)  # 9 deep samples, all rare
-  >>> b = exclusive_ranks(m)
-  >>> bool(overflows(m, m, b, b, 64, 8, 4))  # 9 rare slots needed, 8 held
-  True
-  >>> bool(overflows(m, m, b, b, 64, 8, 2))  # no level 3: 9 bytes fit in 64
-  False
-  """
-  total = b1[-1] + lax.population_count(m1[-1]).astype(jnp.int32)
-  out = total > n_bytes
-  if levels > 2:
-    out |= b3[-1] + lax.population_count(m3[-1]).astype(jnp.int32) > slots
-  return out
-
-
 @functools.partial(jax.jit, static_argnames=(
     "kind", "width", "levels", "capacity", "rare_capacity", "fmt_name",
     "shape", "force_fresh"))
@@ -532,7 +331,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
     codes = main[bits_lib.packed(key, n, width)]
     return codes_lib.from_codes(codes.reshape(shape), fmt)
   n_bytes, slots, words, rare_words = (counts[i] for i in range(4))
-  groups = n_pad // _GROUP
+  groups = n_pad // pool_lib.GROUP
   k_main, k_pool, k_fresh = jax.random.split(key, 3)
   # Samples live as (32, G): lane-major, so that a group's lanes are rows.
   w = bits_lib.words(k_main, n_pad // 4).reshape(-1, groups)
@@ -541,25 +340,25 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   # words as this law's pool needs.
   pool = bits_lib.words_upto(k_pool, words + rare_words, capacity)
 
-  m1 = byte_masks(w, pure[0])
-  m3 = (byte_masks(w, pure[0] + (pure[1] >> _RADIX), shifted=True)
+  m1 = pool_lib.byte_masks(w, pure[0])
+  m3 = (pool_lib.byte_masks(w, pure[0] + (pure[1] >> _RADIX), shifted=True)
         if levels > 2 else m1)
-  b1 = exclusive_ranks(m1)
-  b3 = exclusive_ranks(m3) if levels > 2 else jnp.zeros_like(b1)
-  overflow = overflows(m1, m3, b1, b3, n_bytes, slots, levels)
+  b1 = pool_lib.exclusive_ranks(m1)
+  b3 = pool_lib.exclusive_ranks(m3) if levels > 2 else jnp.zeros_like(b1)
+  overflow = pool_lib.overflows(m1, m3, b1, b3, n_bytes, slots, levels)
   nowhere = jnp.full(rare_capacity, n_pad, jnp.int32)
 
   # The branches take the masks as operands (computed once, small) and
   # their samples' first bytes again from ``w`` (fused into their pass).
   def pooled(w, m1, m3, b1, b3, pool, words):
-    index = _descend(main, pure, offset, 2, lanes(w, _RADIX),
-                     _pooled_bytes(pool, m1, b1), None)
+    index = _descend(main, pure, offset, 2, pool_lib.lanes(w, _RADIX),
+                     pool_lib.pooled_bytes(pool, m1, b1), None)
     if levels <= 2:
       return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
-    position, rare = _rare(w, pool, words, m1, m3, b1, b3,
-                           slots=rare_capacity, main=main, pure=pure,
-                           offset=offset, levels=levels)
-    return index, position, rare
+    # The rare samples, compacted, descend every level.
+    position, u, r2, r3 = pool_lib.rare_bytes(w, pool, words, m1, m3, b1, b3,
+                                              slots=rare_capacity)
+    return index, position, _descend(main, pure, offset, levels, u, r2, r3)
 
   def fresh(w, m1, m3, b1, b3, pool, words):
     del m1, m3, b1, b3, pool, words
@@ -572,7 +371,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
       return _descend(main, pure, offset, levels, u,
                       (f & 0xFF).astype(jnp.int32),
                       (f >> 8 & 0xFFFF).astype(jnp.int32))[0]
-    index = lax.map(row, jnp.arange(_GROUP))
+    index = lax.map(row, jnp.arange(pool_lib.GROUP))
     return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
 
   index, position, rare = lax.cond(overflow | force_fresh, fresh, pooled, w,
