@@ -68,7 +68,7 @@ def interleaved_medians(fns: dict[Hashable, Callable[[], object]], *,
   for fn in fns.values():
     for _ in range(warmup):
       jax.block_until_ready(fn())
-  times: dict[str, list[float]] = {k: [] for k in fns}
+  times: dict[Hashable, list[float]] = {k: [] for k in fns}
   for order in round_orders(list(fns), repeats):
     for k in order:
       fn = fns[k]

@@ -27,10 +27,10 @@ samples never gather from the pool: each quarter of a group (8 samples)
 reads the 3 pool words that hold its bytes (a gather per quarter, not per
 sample), and each sample picks its byte out of them with two selects. The
 pass over every sample descends two levels. The rare samples are compacted
-instead (:func:`pool_lib.rare_bytes`): rare sample ``j`` (by rank) finds its group and
-lane, takes its level-2 byte and 16-bit slot ``j`` of a second pool region,
-descends all the levels, and its table index replaces the two-level one (a
-scatter of the rare slots). If more samples need bytes than the pool holds,
+instead (:func:`pool_lib.rare_bytes`): rare sample ``j`` (by rank) finds its
+group and lane, takes its level-2 byte and 16-bit slot ``j`` of a second
+pool region, descends all the levels, and its table index replaces the
+two-level one (a scatter of the rare slots). If more samples need bytes than the pool holds,
 or more rare slots (beyond ten standard deviations, or about once in 10^7
 calls of 2^22 samples), every sample takes fresh bits instead
 (``lax.cond``). Either way each byte a sample uses is uniform and
@@ -78,7 +78,6 @@ _LEVELS = 32 // _RADIX
 _SIGMAS = 10          # pool slack, in binomial standard deviations
 _PAD = 4 * pool_lib.GROUP  # samples are padded to whole groups of whole words
 REFERENCE_N = 1 << 22  # the sample count plan_bits reports for
-
 
 
 def free_width(width: int) -> int:

@@ -151,7 +151,7 @@ def pooled_bytes(pool, m1, b1):
   k = jnp.repeat(base & 3, QUARTER, axis=0) + lax.population_count(
       m1[None] & in_quarter)  # the sample's byte within its quarter's words
   word = select([jnp.repeat(window[..., i], QUARTER, axis=0)
-                  for i in range(WINDOW)], k >> 2)
+                 for i in range(WINDOW)], k >> 2)
   return ((word >> ((k & 3) << 3)) & 0xFF).astype(jnp.int32)
 
 
@@ -174,8 +174,8 @@ def nth_set_bit(m: jax.Array, t: jax.Array) -> jax.Array:
 
 
 def rare_bytes(w, pool, rare_start, m1, m3, b1, b3, *, slots: int):
-  """The rare samples (level-1 byte at least :attr:`TreePlan.rare_byte`:
-  those that may read level 3), compacted: for slot ``j < slots``, the flat
+  """The rare samples (level-1 byte at least
+  :attr:`exact_method.TreePlan.rare_byte`: those that may read level 3), compacted: for slot ``j < slots``, the flat
   position (``lane * G + group``) of the rare sample of rank ``j``, its
   first byte, its level-2 pool byte and the 16 bits of rare slot ``j``
   (pool word ``rare_start + j // 2``), all int32. Slots past the call's rare
