@@ -239,13 +239,28 @@ def _capacity(words: int) -> int:
 
 
 class _Pool(NamedTuple):
-  """A call's pool: thresholds and word counts (arguments of the program,
-  so that laws share it), and the capacity they fit in (static)."""
+  """A call's pool: its level-2 bytes and rare slots (:func:`pool_sizes`),
+  the word counts they take (arguments of the program, so that laws share
+  it), and the capacities they fit in (static)."""
   n_bytes: int
   slots: int
-  words: int        # the level-2 region's, from word 0 of the pool
-  rare_words: int   # the rare region's, right after it (0: no sample
-                    # reads level 3)
+
+  @property
+  def words(self) -> int:
+    """The level-2 region's words, from word 0 of the pool, with the slack
+    a window at its last byte reads."""
+    return self.n_bytes // 4 + pool_lib.WINDOW
+
+  @property
+  def rare_words(self) -> int:
+    """The rare region's words, right after it (0: no sample reads level
+    3)."""
+    return self.slots // 2
+
+  def counts(self) -> np.ndarray:
+    """The program's traced counts: bytes, slots, words, rare words."""
+    return np.array([self.n_bytes, self.slots, self.words, self.rare_words],
+                    np.int32)
 
   def capacity(self, n_pad: int) -> int:
     """The pool's size in the program: n_pad / 8 words (a level-2 byte for
@@ -270,9 +285,7 @@ class _Pool(NamedTuple):
 
 def _pool(p: TreePlan, n_pad: int) -> _Pool:
   """The pool of a call of ``n_pad`` samples of the DDG plan ``p``."""
-  n_bytes, slots = pool_sizes(p, n_pad)
-  # The level-2 region with the slack a window at its last byte reads.
-  return _Pool(n_bytes, slots, n_bytes // 4 + pool_lib.WINDOW, slots // 2)
+  return _Pool(*pool_sizes(p, n_pad))
 
 
 def _words_drawn(p: TreePlan, n_pad: int) -> int:
@@ -312,8 +325,12 @@ def _descend(main, pure, offset, levels: int, u, r2, r3):
     deep = deep & (e >= pure[k - 1])
     e = ((e - pure[k - 1]) << _RADIX) + ((r3 >> (_RADIX * (k - 2))) & 0xFF)
     index = jnp.where(deep, offset[k] + e, index)
-  index_type = jnp.uint16 if main.shape[0] <= 1 << 16 else jnp.int32
-  return index.astype(index_type)
+  return index.astype(_index_type(main))
+
+
+def _index_type(main) -> jnp.dtype:
+  """The dtype of indices into table ``main``: uint16 where they fit."""
+  return jnp.uint16 if main.shape[0] <= 1 << 16 else jnp.int32
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -345,7 +362,9 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   b1 = pool_lib.exclusive_ranks(m1)
   b3 = pool_lib.exclusive_ranks(m3) if levels > 2 else jnp.zeros_like(b1)
   overflow = pool_lib.overflows(m1, m3, b1, b3, n_bytes, slots, levels)
-  nowhere = jnp.full(rare_capacity, n_pad, jnp.int32)
+  # No rare samples: every slot out of bounds.
+  no_rare = (jnp.full(rare_capacity, n_pad, jnp.int32),
+             jnp.zeros(rare_capacity, _index_type(main)))
 
   # The branches take the masks as operands (computed once, small) and
   # their samples' first bytes again from ``w`` (fused into their pass).
@@ -353,7 +372,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
     index = _descend(main, pure, offset, 2, pool_lib.lanes(w, _RADIX),
                      pool_lib.pooled_bytes(pool, m1, b1), None)
     if levels <= 2:
-      return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
+      return (index, *no_rare)
     # The rare samples, compacted, descend every level.
     position, u, r2, r3 = pool_lib.rare_bytes(w, pool, words, m1, m3, b1, b3,
                                               slots=rare_capacity)
@@ -370,8 +389,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
       return _descend(main, pure, offset, levels, u,
                       (f & 0xFF).astype(jnp.int32),
                       (f >> 8 & 0xFFFF).astype(jnp.int32))[0]
-    index = lax.map(row, jnp.arange(pool_lib.GROUP))
-    return index, nowhere, jnp.zeros(rare_capacity, index.dtype)
+    return (lax.map(row, jnp.arange(pool_lib.GROUP)), *no_rare)
 
   index, position, rare = lax.cond(overflow | force_fresh, fresh, pooled, w,
                                    m1, m3, b1, b3, pool, words)
@@ -404,7 +422,7 @@ def sample_plan(key, p: TreePlan, shape: tuple[int, ...], fmt: formats.Format,
   main[:len(p.main)] = p.main
   return _tree_sample(key, main, np.array(p.pure, np.int32),
                       np.array(p.offset, np.int32),
-                      np.array(pool, np.int32), kind="ddg", width=p.width,
+                      pool.counts(), kind="ddg", width=p.width,
                       levels=p.levels,
                       capacity=pool.capacity(n_pad),
                       rare_capacity=pool.rare_capacity,
