@@ -16,8 +16,8 @@ of the two below that draws fewer random bits (:func:`plan_for_masses`):
   Knuth--Yao tree (:func:`ddg_plan`): one random byte for every sample, one
   more for the fraction ``p1`` of samples under a deep entry of level 1
   (23% for normal in float8_e4m3fn), and 16 more for the rare samples that
-  may reach levels 3 and 4 (1/256 of them). 9.96 bits per sample for normal
-  in float8_e4m3fn (entropy 6.45), 9.15 in float8_e5m2 (5.49).
+  may reach levels 3 and 4 (1/256 of them). 9.97 bits per sample for normal
+  in float8_e4m3fn (entropy 6.45), 9.16 in float8_e5m2 (5.49).
 
 The tree's extra bytes come from a pool sized for the deep samples (mean
 plus ten standard deviations), not from a draw per sample. A deep sample

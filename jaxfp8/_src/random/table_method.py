@@ -3,16 +3,17 @@
 For a resolution of ``2^-k`` (``k = table_bits``, 16 by default, 1 .. 16) the
 table has ``2^k`` entries; entry ``j`` is the code of the value whose rounding
 interval holds the quantile at ``(j + 1/2) / 2^k``, and a sample is a
-uniform entry. Its law is the exact rounded law with the CDF at every rounding boundary rounded to a
-multiple of ``2^-k``: each value's probability is off by less than ``2^-k``,
-and values whose probability is below about ``2^-(k+1)`` may never appear.
-Use ``exact`` when the tails matter.
+uniform entry. Its law is the exact rounded law with the CDF at every
+rounding boundary rounded to a multiple of ``2^-k``: each value's
+probability is off by less than ``2^-k``, and values whose probability is
+below about ``2^-(k+1)`` may never appear. Use ``exact`` when the tails
+matter.
 
 The table's law is drawn exactly by the plan of :mod:`exact_method` that
 takes the fewest random bits: a lookup of ``k`` bits when ``k <= 8`` (or when
 the law is dyadic that coarsely), else the DDG tree of the table's masses
 (two levels: 9.9 bits per sample for normal in float8_e4m3fn at ``k = 16``,
-fewer than the exact method's 9.96; a 16-bit lookup took 16).
+fewer than the exact method's 9.97; a 16-bit lookup took 16).
 """
 from __future__ import annotations
 
