@@ -220,6 +220,28 @@ def test_threefry_words_are_both_hash_words_of_each_counter(n):
       batch[1], bits_lib.words(jax.random.split(key, 3)[1], n))
 
 
+@pytest.mark.parametrize("rows,cols", [(8, 64), (8, 4096), (2, 300), (3, 8)])
+def test_word_rows_are_the_words_planar(rows, cols):
+  """Row r < rows / 2 holds the first hash words of counters r * cols ..,
+  row r + rows / 2 their second words (odd ``rows``: :func:`words`
+  reshaped); other keys draw :func:`words` reshaped."""
+  key = jax.random.key(rows * cols)
+  got = np.asarray(jax.jit(bits_lib.word_rows, static_argnums=(1, 2))(
+      key, rows, cols))
+  flat = np.asarray(bits_lib.words(key, rows * cols + 1))
+  if rows % 2:
+    want = flat[:rows * cols].reshape(rows, cols)
+  else:
+    half = rows // 2 * cols
+    want = np.concatenate([flat[0:2 * half:2], flat[1:2 * half:2]])
+    want = want.reshape(rows, cols)
+  np.testing.assert_array_equal(got, want)
+  rbg = jax.random.key(3, impl="rbg")
+  np.testing.assert_array_equal(
+      bits_lib.word_rows(rbg, rows, cols),
+      np.asarray(bits_lib.words(rbg, rows * cols)).reshape(rows, cols))
+
+
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
 def test_other_key_implementations_draw_jax_random_bits(impl):
   key = jax.random.key(5, impl=impl)

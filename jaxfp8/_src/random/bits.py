@@ -42,6 +42,34 @@ def words(key, n: int) -> jax.Array:
   return out[:n] if m != n else out
 
 
+def word_rows(key, rows: int, cols: int) -> jax.Array:
+  """A (rows, cols) array of independent uniform uint32 words.
+
+  For Threefry keys these are the words of :func:`words` ``(key, rows *
+  cols)`` (``rows`` even) laid out planar: the hash of counter ``i = r * cols
+  + c`` (``r < rows / 2``) gives word ``(r, c)`` and its second output word
+  ``(r + rows / 2, c)``. The hash's two outputs are then two halves, copied
+  once; interleaved, XLA CPU wrote them out once per shape its consumers read
+  them in (twice in the DDG sampler: 1.5 ms per 2^20 words). The counters
+  stay an iota, so a sharded draw computes only its own columns' words.
+  Other keys (and odd ``rows``): :func:`words` reshaped.
+
+  >>> k = jax.random.key(0)
+  >>> w, flat = word_rows(k, 4, 256), words(k, 1024)
+  >>> bool(jnp.all(w[0] == flat[0:512:2])), bool(jnp.all(w[2] == flat[1:512:2]))
+  (True, True)
+  """
+  half = rows // 2 * cols
+  if not (_is_threefry(key) and rows % 2 == 0 and 0 < half < (1 << 32)):
+    return words(key, rows * cols).reshape(rows, cols)
+  data = jax.random.key_data(key) if validate.is_typed_key(key) else key
+  m = -(-half // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
+  counter = lax.iota(jnp.uint32, m)
+  pair = threefry2x32_p.bind(data[0], data[1], jnp.zeros_like(counter),
+                             counter)
+  return jnp.concatenate([p[:half].reshape(rows // 2, cols) for p in pair])
+
+
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 

@@ -350,7 +350,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   groups = n_pad // pool_lib.GROUP
   k_main, k_pool, k_fresh = jax.random.split(key, 3)
   # Samples live as (32, G): lane-major, so that a group's lanes are rows.
-  w = bits_lib.words(k_main, n_pad // 4).reshape(-1, groups)
+  w = bits_lib.word_rows(k_main, pool_lib.GROUP // 4, groups)
   # A separate draw, so that a sharded call computes only its shard's first
   # bytes (the pool, n / 8 words at most, is drawn whole): only as many
   # words as this law's pool needs.
