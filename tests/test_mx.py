@@ -423,3 +423,20 @@ def test_6bit_packing_is_the_same_in_the_branch_or_after_it(fmt, tiny,
   mx_quantize._quantize_jit.clear_cache()
   for a, b in zip(got[True], got[False]):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_block_maxima_are_the_same_either_way(block_size, monkeypatch):
+  # compat.MX_MAX_OF_ROW_PAIRS picks how blocks of 16 are reduced (per JAX
+  # version, for speed): both ways give the same maxima, NaN and Inf too.
+  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src import mx_quantize  # pylint: disable=g-import-not-at-top
+  x = np.random.default_rng(4).standard_normal((4, 256)).astype(np.float32)
+  x[1, 17], x[2, 40], x[3, :16] = np.nan, -np.inf, -0.0
+  bits = jax.device_put(x.view(np.uint32))
+  want = np.abs(x).reshape(4, -1, block_size).view(np.uint32).max(axis=-1)
+  for pairs in (True, False):
+    monkeypatch.setattr(compat, "MX_MAX_OF_ROW_PAIRS", pairs)
+    got = jax.jit(mx_quantize._block_max, static_argnums=1)(bits, block_size)
+    np.testing.assert_array_equal(got, want)
+

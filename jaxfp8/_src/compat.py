@@ -47,6 +47,21 @@ except AttributeError:  # pragma: no cover - a JAX that dropped it
 # round: 11.9 against 17.6 ms.
 MX_PACK_6BIT_IN_BRANCH = JAX_VERSION[:2] < (0, 11)
 
+# How 6-bit groups become bytes (jaxfp8._src.mx_pack.pack_bytes). jaxlib
+# 0.10's XLA CPU copies the 12 bytes of four groups as runs of 8 and 4: 2.8
+# against 5.6 ms for cutting the 3 low bytes out of each group's word, at
+# 4096 x 4096 (same run). In jaxlib 0.11, which packs after the quantize
+# branch, the cut fuses with the packing of the codes and the runs don't:
+# mxfp6_e2m3 quantize took 46.1 ms with the runs, 28.2 with the cut.
+MX_PACK_6BIT_AS_RUNS = JAX_VERSION[:2] < (0, 11)
+
+# How MX quantization takes the maxima of blocks of 16 (jaxfp8._src.
+# mx_quantize._block_max: two rows of 8). XLA's CPU backend in jaxlib 0.11
+# runs one reduce over both rows element by element: 28.0 against 8.2 ms for
+# the rows' elementwise maximum and then a reduce over 8, at 4096 x 4096
+# (same run). In jaxlib 0.10 the one reduce is the faster: 4.6 against 7.1.
+MX_MAX_OF_ROW_PAIRS = JAX_VERSION[:2] >= (0, 11)
+
 
 # ---------------------------------------------------------------------------
 # MLIR constant handlers.

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxfp8._src import compat
+
 _U8 = jnp.uint8
 
 # element bits -> (elements per group, bytes per group)
@@ -75,13 +77,14 @@ def pack_bytes(groups: jax.Array, bits: int) -> jax.Array:
     g = groups.reshape(*groups.shape[:-1], groups.shape[-1] // 2, 2)
     w = lax.bitcast_convert_type(g, jnp.uint16)  # c0 | c1 << 8
     return ((w & 0xF) | ((w >> 4) & 0xF0)).astype(_U8)
-  if groups.shape[-1] % 4:
+  if groups.shape[-1] % 4 or not compat.MX_PACK_6BIT_AS_RUNS:
     out = lax.bitcast_convert_type(groups, _U8)[..., :3]
     return merge_last(out)
   # Four groups (24 bits each) are 12 bytes: two words spliced from the first
   # three groups, then one from the last two. Written as 8 + 4 bytes, XLA on
-  # CPU copies them into place in runs; cutting the 3 low bytes out of each
-  # group's word costs it index arithmetic per byte, twice the time.
+  # CPU (jaxlib 0.10) copies them into place in runs; cutting the 3 low bytes
+  # out of each group's word costs it index arithmetic per byte, twice the
+  # time.
   g = groups.reshape(*groups.shape[:-1], groups.shape[-1] // 4, 4)
   w0, w1, w2, w3 = (g[..., i] for i in range(4))
   head = jnp.stack([w0 | (w1 << 24), (w1 >> 8) | (w2 << 16)], axis=-1)

@@ -221,7 +221,10 @@ def _block_max(flat_bits, block_size: int):
     rows = flat_bits.reshape(*flat_bits.shape[:-1], n, 1, block_size)
   else:
     rows = flat_bits.reshape(*flat_bits.shape[:-1], n, block_size // 8, 8)
-  return jnp.max(rows & 0x7FFFFFFF, axis=(-2, -1))
+  rows = rows & 0x7FFFFFFF
+  if block_size == 16 and compat.MX_MAX_OF_ROW_PAIRS:
+    return jnp.max(jnp.maximum(rows[..., 0, :], rows[..., 1, :]), axis=-1)
+  return jnp.max(rows, axis=(-2, -1))
 
 
 def _pow2_float(e):
