@@ -104,10 +104,22 @@ def unpack(data: jax.Array, bits: int) -> jax.Array:
     w = (d & 0xF) | ((d & 0xF0) << 4)
     out = lax.bitcast_convert_type(w, _U8)
     return merge_last(out)
-  g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
-  g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
-  v = lax.bitcast_convert_type(g, jnp.uint32)
+  if data.shape[-1] % 12:
+    g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
+    g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
+    v = lax.bitcast_convert_type(g, jnp.uint32)
+  else:
+    # Four groups from the three words of their 12 bytes (a word per group
+    # from a zero byte appended to each 3 measured 1.25x the time of all of
+    # MX dequantize on JAX 0.11, the same on 0.10).
+    t = lax.bitcast_convert_type(
+        data.reshape(*data.shape[:-1], data.shape[-1] // 12, 3, 4),
+        jnp.uint32)
+    t0, t1, t2 = t[..., 0], t[..., 1], t[..., 2]
+    low = jnp.uint32(0xFFFFFF)
+    v = jnp.stack([t0 & low, ((t0 >> 24) | (t1 << 8)) & low,
+                   ((t1 >> 16) | (t2 << 16)) & low, t2 >> 8], axis=-1)
   w = ((v & 0x3F) | ((v << 2) & 0x3F00) | ((v << 4) & 0x3F0000)
        | ((v << 6) & 0x3F000000))
   out = lax.bitcast_convert_type(w, _U8)
-  return merge_last(out)
+  return out.reshape(*data.shape[:-1], data.shape[-1] // 3 * 4)
