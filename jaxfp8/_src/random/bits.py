@@ -66,10 +66,11 @@ def word_rows(key, rows: int, cols: int) -> jax.Array:
   if not (_is_threefry(key) and rows % 2 == 0 and 0 < half < (1 << 32)):
     return words(key, rows * cols).reshape(rows, cols)
   data = jax.random.key_data(key) if validate.is_typed_key(key) else key
-  m = -(-half // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
-  counter = lax.iota(jnp.uint32, m)
+  shape = (rows // 2, cols)
+  counter = (lax.broadcasted_iota(jnp.uint32, shape, 0) * jnp.uint32(cols)
+             + lax.broadcasted_iota(jnp.uint32, shape, 1))
   pair = _threefry2x32(data[0], data[1], jnp.zeros_like(counter), counter)
-  return jnp.concatenate([p[:half].reshape(rows // 2, cols) for p in pair])
+  return jnp.concatenate(pair)
 
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
