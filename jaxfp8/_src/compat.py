@@ -87,35 +87,24 @@ def ndarray_constant_types() -> tuple[type, ...]:
   return tuple(found)
 
 
-# Bit widths a backend may hold but can't compute with. JAX 0.11.2's CPU
+# Bit widths a backend may hold but not compute with: JAX 0.11.2's CPU
 # backend takes float6 arrays (0.10.2's refuses them), but converting one to
-# float32 fails to compile (LLVM: "Invalid bitcast" of i6, with some 40 lines
-# of XLA's log on stderr) and concatenating two aborts the process; so no
-# probe may compile float6 code, and float6 stays uint8 codes on both.
-# tests/test_formats.py checks, on a JAX that holds float6, that the
-# conversion still fails.
+# float32 fails to compile (LLVM: "Invalid bitcast" of i6) and concatenating
+# two aborts the process, so no probe compiles float6 code, and float6 stays
+# uint8 codes on both. tests/test_formats.py checks that fact.
 HELD_BUT_NOT_COMPUTED_BITS = frozenset({6})
 
 
 @functools.lru_cache(maxsize=None)
-def backend_holds(dtype: np.dtype) -> bool:
-  """Whether the backend holds arrays of ``dtype`` and computes with them.
-
-  ``dtype`` must survive a round trip through the device (a failed transfer
-  raises a Python exception, it never aborts) and not be of a bit width in
-  ``HELD_BUT_NOT_COMPUTED_BITS``. Run once per dtype.
-  """
+def backend_holds(dtype: np.dtype, computes: bool = True) -> bool:
+  """Whether arrays of ``dtype`` survive a round trip through the backend (a
+  failed transfer raises, it never aborts) and, with ``computes``, are not of
+  a bit width in ``HELD_BUT_NOT_COMPUTED_BITS``. Run once per dtype."""
   try:
-    if ml_dtypes.finfo(dtype).bits in HELD_BUT_NOT_COMPUTED_BITS:
+    if computes and ml_dtypes.finfo(dtype).bits in HELD_BUT_NOT_COMPUTED_BITS:
       return False
   except ValueError:  # not one of ml_dtypes' floats
     pass
-  return holds_arrays(dtype)
-
-
-def holds_arrays(dtype: np.dtype) -> bool:
-  """Whether arrays of ``dtype`` survive a round trip through the backend
-  (whether or not it computes with them: see :func:`backend_holds`)."""
   try:
     x = np.zeros((2,), dtype)
     with jax.ensure_compile_time_eval():
