@@ -114,6 +114,26 @@ def backend_holds(dtype: np.dtype, computes: bool = True) -> bool:
     return False
 
 
+def jax_sampler_methods(name: str) -> tuple[str, ...]:
+  """The values of ``jax.random.<name>``'s own keyword-only ``method``.
+
+  JAX 0.11 added ``method='exact'`` (the rejection sampler, as before) or
+  ``'approximate'`` (loop-free, slightly biased) to ``gamma``, ``beta``,
+  ``chisquare`` and ``loggamma`` (and ``poisson``); JAX 0.10.2 has none, so
+  ``()`` there. ``multivariate_normal``'s positional ``method`` (how ``cov``
+  is factored) is another argument and gives ``()``.
+
+  >>> set(jax_sampler_methods("uniform"))
+  set()
+  """
+  fn = getattr(jax.random, name, None)
+  param = None if fn is None else inspect.signature(fn).parameters.get(
+      "method")
+  if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
+    return ()
+  return ("exact", "approximate")
+
+
 def reshard(x, sharding):
   """Places ``x`` on ``sharding``: ``jax.sharding.reshard`` where it exists."""
   fn = getattr(jax.sharding, "reshard", None)
