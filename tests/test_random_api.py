@@ -83,6 +83,31 @@ def test_jax_random_own_method(name):
       ours(K, *args, (64,), "e4m3", method="approximate")
 
 
+def test_install_leaves_jax_random_own_method_to_ours():
+  """Under install(), a narrow call of jax.random's gamma family that leaves
+  its own method (JAX >= 0.11) at its default "exact" draws as ours with
+  method=None: loggamma (no CDF here) and traced parameters take cast."""
+  jaxfp8.install()
+  try:
+    np.testing.assert_array_equal(
+        codes(jax.random.loggamma(K, 2.0, (64,), jnp.float8_e4m3fn)),
+        codes(R.loggamma(K, 2.0, (64,), "e4m3")))
+    np.testing.assert_array_equal(
+        codes(jax.random.gamma(K, 2.0, (64,), jnp.float8_e4m3fn)),
+        codes(R.gamma(K, 2.0, (64,), "e4m3")))
+    traced = jax.jit(
+        lambda a: jax.random.gamma(K, a, (64,), jnp.float8_e4m3fn))(2.0)
+    np.testing.assert_array_equal(
+        codes(traced), codes(R.gamma(K, 2.0, (64,), "e4m3", method="cast")))
+    for m in compat.jax_sampler_methods("beta"):
+      np.testing.assert_array_equal(
+          codes(jax.random.beta(K, 2.0, 3.0, (64,), jnp.float8_e4m3fn,
+                                method=m)),
+          codes(R.beta(K, 2.0, 3.0, (64,), "e4m3", method=m)))
+  finally:
+    jaxfp8.uninstall()
+
+
 def test_all_jax_float_samplers_are_covered():
   wanted = {"uniform", "normal", "truncated_normal", "bernoulli",
             "rademacher", "laplace", "logistic", "exponential", "gumbel",
