@@ -241,7 +241,10 @@ def test_wide_dtypes_are_jax_bit_for_bit(dtype):
     args = (KEY, shape) if dtype is None else (KEY, shape, dtype)
     try:
       b = theirs(*args)
-    except NotImplementedError as e:  # JAX's QR has no 16-bit float kernels
+    except (NotImplementedError, TypeError) as e:
+      # JAX's QR has no 16-bit float kernels: NotImplementedError on JAX
+      # 0.10, TypeError ("qr does not accept dtype bfloat16") on 0.11.
+      assert "orthogonal" in name and dtype is jnp.bfloat16, (name, e)
       with pytest.raises(type(e), match=re.escape(str(e))):
         ours(*args)
       continue

@@ -13,6 +13,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
+from jaxfp8._src import compat
 from jaxfp8._src import distributions
 
 R = jaxfp8.random
@@ -42,12 +43,69 @@ def test_signature_mirrors_jax_random(name):
     assert p.name in ours, p.name
     q = ours[p.name]
     assert q.kind == p.kind, (p.name, q.kind, p.kind)
-    if p.default is not inspect.Parameter.empty:
+    if p.name == "method" and compat.jax_sampler_methods(name):
+      # jax.random's own method (JAX >= 0.11) is a value of ours, whose
+      # None draws as its default does (test_jax_random_own_method).
+      assert q.default is None, q.default
+    elif p.default is not inspect.Parameter.empty:
       assert q.default == p.default, (p.name, q.default, p.default)
   positional = [p for p in theirs if theirs[p].kind != inspect.Parameter.KEYWORD_ONLY]
   assert list(ours)[:len(positional)] == positional
   for extra in set(ours) - set(theirs):
     assert ours[extra].kind == inspect.Parameter.KEYWORD_ONLY, extra
+
+
+_OWN_METHOD_ARGS = {"gamma": (2.0,), "beta": (2.0, 3.0), "chisquare": (3.0,),
+                    "loggamma": (2.0,)}
+
+
+@pytest.mark.parametrize("name", sorted(_OWN_METHOD_ARGS))
+def test_jax_random_own_method(name):
+  """Where jax.random's sampler has a method of its own (JAX >= 0.11:
+  "exact", "approximate"), ours takes each value: jax.random's result for a
+  wide dtype, its float32 draw rounded for a narrow one. Without it (JAX
+  0.10), "approximate" is refused by name."""
+  ours, theirs = getattr(R, name), getattr(jax.random, name)
+  args = _OWN_METHOD_ARGS[name]
+  np.testing.assert_array_equal(ours(K, *args, (64,), jnp.float32),
+                                theirs(K, *args, (64,), jnp.float32))
+  for m in compat.jax_sampler_methods(name):
+    want = theirs(K, *args, (64,), jnp.float32, method=m)
+    np.testing.assert_array_equal(ours(K, *args, (64,), jnp.float32, method=m),
+                                  want)
+    if m == "approximate":
+      for fmt in ("e4m3", "e2m3"):
+        np.testing.assert_array_equal(
+            codes(ours(K, *args, (64,), fmt, method=m)),
+            codes(jaxfp8.cast(want, fmt)))
+  if "approximate" not in compat.jax_sampler_methods(name):
+    with pytest.raises(ValueError, match=f"`method` argument to `{name}`"):
+      ours(K, *args, (64,), "e4m3", method="approximate")
+
+
+def test_install_leaves_jax_random_own_method_to_ours():
+  """Under install(), a narrow call of jax.random's gamma family that leaves
+  its own method (JAX >= 0.11) at its default "exact" draws as ours with
+  method=None: loggamma (no CDF here) and traced parameters take cast."""
+  jaxfp8.install()
+  try:
+    np.testing.assert_array_equal(
+        codes(jax.random.loggamma(K, 2.0, (64,), jnp.float8_e4m3fn)),
+        codes(R.loggamma(K, 2.0, (64,), "e4m3")))
+    np.testing.assert_array_equal(
+        codes(jax.random.gamma(K, 2.0, (64,), jnp.float8_e4m3fn)),
+        codes(R.gamma(K, 2.0, (64,), "e4m3")))
+    traced = jax.jit(
+        lambda a: jax.random.gamma(K, a, (64,), jnp.float8_e4m3fn))(2.0)
+    np.testing.assert_array_equal(
+        codes(traced), codes(R.gamma(K, 2.0, (64,), "e4m3", method="cast")))
+    for m in compat.jax_sampler_methods("beta"):
+      np.testing.assert_array_equal(
+          codes(jax.random.beta(K, 2.0, 3.0, (64,), jnp.float8_e4m3fn,
+                                method=m)),
+          codes(R.beta(K, 2.0, 3.0, (64,), "e4m3", method=m)))
+  finally:
+    jaxfp8.uninstall()
 
 
 def test_all_jax_float_samplers_are_covered():

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
@@ -101,13 +102,24 @@ def ndarray_constant_types() -> tuple[type, ...]:
   return tuple(found)
 
 
-@functools.lru_cache(maxsize=None)
-def backend_holds(dtype: np.dtype) -> bool:
-  """Whether arrays of ``dtype`` survive a round trip through the backend.
+# Bit widths a backend may hold but not compute with: JAX 0.11.2's CPU
+# backend takes float6 arrays (0.10.2's refuses them), but converting one to
+# float32 fails to compile (LLVM: "Invalid bitcast" of i6) and concatenating
+# two aborts the process, so no probe compiles float6 code, and float6 stays
+# uint8 codes on both. tests/test_formats.py checks that fact.
+HELD_BUT_NOT_COMPUTED_BITS = frozenset({6})
 
-  A failed transfer raises a Python exception (it never aborts), so this probe
-  is safe; it is run once per dtype.
-  """
+
+@functools.lru_cache(maxsize=None)
+def backend_holds(dtype: np.dtype, computes: bool = True) -> bool:
+  """Whether arrays of ``dtype`` survive a round trip through the backend (a
+  failed transfer raises, it never aborts) and, with ``computes``, are not of
+  a bit width in ``HELD_BUT_NOT_COMPUTED_BITS``. Run once per dtype."""
+  try:
+    if computes and ml_dtypes.finfo(dtype).bits in HELD_BUT_NOT_COMPUTED_BITS:
+      return False
+  except ValueError:  # not one of ml_dtypes' floats
+    pass
   try:
     x = np.zeros((2,), dtype)
     with jax.ensure_compile_time_eval():
@@ -115,6 +127,27 @@ def backend_holds(dtype: np.dtype) -> bool:
     return back.dtype == x.dtype
   except Exception:  # pylint: disable=broad-except
     return False
+
+
+@functools.lru_cache(maxsize=None)
+def jax_sampler_methods(name: str) -> tuple[str, ...]:
+  """The values of ``jax.random.<name>``'s own keyword-only ``method``.
+
+  JAX 0.11 added ``method='exact'`` (the rejection sampler, as before) or
+  ``'approximate'`` (loop-free, slightly biased) to ``gamma``, ``beta``,
+  ``chisquare`` and ``loggamma`` (and ``poisson``); JAX 0.10.2 has none, so
+  ``()`` there. ``multivariate_normal``'s positional ``method`` (how ``cov``
+  is factored) is another argument and gives ``()``.
+
+  >>> jax_sampler_methods("uniform")
+  ()
+  """
+  fn = getattr(jax.random, name, None)
+  param = None if fn is None else inspect.signature(fn).parameters.get(
+      "method")
+  if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
+    return ()
+  return ("exact", "approximate")
 
 
 def reshard(x, sharding):

@@ -196,11 +196,13 @@ class Format:
   # -- what the installed JAX can do ----------------------------------------------
   @property
   def native(self) -> bool:
-    """Whether the installed JAX/XLA backend can hold arrays of this format.
+    """Whether the installed JAX/XLA backend holds and computes with arrays
+    of this format.
 
     Found out once per process by a transfer that fails with an exception,
-    never an abort. Formats that are not native are stored as uint8 codes
-    (:class:`jaxfp8.CodeArray`).
+    never an abort (:func:`compat.backend_holds`: float6, which JAX 0.11.2's
+    CPU backend holds but can't compute with, is not native). Formats that
+    are not native are stored as uint8 codes (:class:`jaxfp8.CodeArray`).
     """
     return compat.backend_holds(self.dtype)
 

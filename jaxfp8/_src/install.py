@@ -182,14 +182,17 @@ def _cast_sampler(original: Callable) -> Callable:
 
 
 def _random_shim(original: Callable, replacement: Callable) -> Callable:
-  accepted = inspect.signature(replacement).parameters
+  defaults = {k: p.default
+              for k, p in inspect.signature(original).parameters.items()}
 
   def narrow(bound, fmt):
     del fmt  # in bound.arguments["dtype"]
-    # By name: jaxfp8's samplers take jax.random's arguments (an unset
-    # option of JAX's that ours lacks is dropped).
+    # By name: jaxfp8's samplers take jax.random's arguments. One left at
+    # JAX's default is left to ours (the same but for JAX 0.11's method=
+    # "exact" of gamma, beta, chisquare, loggamma: ours is None, which
+    # draws as it does), so an unset option ours lacks is dropped too.
     return replacement(**{k: v for k, v in bound.arguments.items()
-                          if k in accepted or v is not None})
+                          if v is not defaults[k]})
   return _routed(original, narrow)
 
 

@@ -4,7 +4,9 @@ Every function takes the same positional and keyword arguments as its
 jax.random namesake, plus keyword-only options of ours:
 
 - ``method``: ``"exact"``, ``"table"`` or ``"cast"`` (None: the default, see
-  :func:`jaxfp8.random.set_default_method`);
+  :func:`jaxfp8.random.set_default_method`); gamma, beta, chisquare and
+  loggamma also take ``"approximate"`` where the installed jax.random's do
+  (JAX >= 0.11): its loop-free float32 draw, rounded (``cast``);
 - ``rounding``: ``"nearest"`` (default) or ``"stochastic"`` (``cast`` only);
 - ``table_bits``: the resolution ``2^-table_bits`` of the ``table`` method
   (default 16).
@@ -26,27 +28,47 @@ from typing import Any, Callable
 
 import jax
 
+from jaxfp8._src import compat
 from jaxfp8._src import validate
 from jaxfp8._src.random import common
+from jaxfp8._src.random import config
 from jaxfp8._src.random import draw
 
 
 def _sample(fn: str, key, shape, dtype, params: dict[str, Any],
-            jax_call: Callable, *, broadcasts=True, out_sharding=None,
-            method=None, rounding="nearest", table_bits=None):
+            jax_call: Callable, *, broadcasts=True, static=None,
+            out_sharding=None, method=None, rounding="nearest",
+            table_bits=None):
   """The body of every sampler here: checks, then jax.random or ours.
 
   ``jax_call(key, shape, dtype)`` runs jax.random itself for a wide dtype.
   With ``broadcasts`` a ``shape`` of None is the broadcast shape of the
-  parameters (as in jax.random); otherwise a shape is required.
+  parameters (as in jax.random); otherwise a shape is required. ``static``:
+  jax.random's non-numeric arguments for the cast method's float32 draw.
   """
   key, shape, fmt, wide = draw.start(fn, key, shape, dtype,
                                      params if broadcasts else None)
   if fmt is None:
     return jax_call(key, shape, wide)
   return draw.run(fn, key, common.broadcast_shape(shape, params, fn), fmt,
-                  params=params, method=method, rounding=rounding,
-                  table_bits=table_bits, out_sharding=out_sharding)
+                  params=params, static=static, method=method,
+                  rounding=rounding, table_bits=table_bits,
+                  out_sharding=out_sharding)
+
+
+def _jax_method(fn: str, method: Any) -> tuple[Any, dict[str, str]]:
+  """``(our method, jax.random's own arguments)`` for ``fn``'s ``method``.
+
+  Where the installed jax.random's ``fn`` has a ``method`` of its own
+  (:func:`compat.jax_sampler_methods`: ``"exact"`` or ``"approximate"``),
+  ``"approximate"`` is its loop-free float32 draw, rounded (``cast``). Every
+  other value is ours; our float32 draws are jax.random's default (its
+  ``"exact"`` rejection sampler).
+  """
+  if (isinstance(method, str) and method not in config.METHODS
+      and method in compat.jax_sampler_methods(fn)):
+    return "cast", {"method": method}
+  return method, {}
 
 
 # -- laws with a closed-form CDF: exact, table and cast ------------------------
@@ -302,17 +324,20 @@ def gamma(key, a, shape=None, dtype=None, *, out_sharding=None, method=None,
   """Gamma samples of shape ``a`` (> 0) and scale 1, rounded into ``dtype``.
 
   ``exact`` and ``table`` (concrete scalar ``a``) sample the law of the real
-  draw rounded, from scipy.special's incomplete gamma function; other
-  arguments as :func:`uniform`.
+  draw rounded, from scipy.special's incomplete gamma function;
+  ``method="approximate"`` (JAX >= 0.11) rounds jax.random's loop-free
+  approximate draw. Other arguments as :func:`uniform`.
 
   >>> import jax, jaxfp8
   >>> jaxfp8.random.gamma(jax.random.key(0), 2.0, (3,), "e4m3")  # doctest: +SKIP
   Array([1.25, 0.875, 3.5], dtype=float8_e4m3fn)
   """
+  method, twin = _jax_method("gamma", method)
   return _sample(
       "gamma", key, shape, dtype, {"a": a},
-      lambda k, s, d: jax.random.gamma(k, a, s, d, out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding,
+      lambda k, s, d: jax.random.gamma(k, a, s, d, out_sharding=out_sharding,
+                                       **twin),
+      static=twin, out_sharding=out_sharding, method=method, rounding=rounding,
       table_bits=table_bits)
 
 
@@ -321,17 +346,19 @@ def beta(key, a, b, shape=None, dtype=None, *, out_sharding=None, method=None,
   """Beta samples of parameters ``a``, ``b`` (> 0), rounded into ``dtype``.
 
   The law's CDF is scipy.special's regularized incomplete beta function;
-  other arguments as :func:`uniform`.
+  ``method="approximate"`` as :func:`gamma`; other arguments as
+  :func:`uniform`.
 
   >>> import jax, jaxfp8
   >>> jaxfp8.random.beta(jax.random.key(0), 2.0, 3.0, (3,), "e4m3")  # doctest: +SKIP
   Array([0.34375, 0.5, 0.15625], dtype=float8_e4m3fn)
   """
+  method, twin = _jax_method("beta", method)
   return _sample(
       "beta", key, shape, dtype, {"a": a, "b": b},
       lambda k, s, d: jax.random.beta(k, a, b, s, d,
-                                      out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding,
+                                      out_sharding=out_sharding, **twin),
+      static=twin, out_sharding=out_sharding, method=method, rounding=rounding,
       table_bits=table_bits)
 
 
@@ -339,18 +366,19 @@ def chisquare(key, df, shape=None, dtype=None, *, out_sharding=None,
               method=None, rounding="nearest", table_bits=None):
   """Chi-square samples with ``df`` (> 0) degrees of freedom, rounded.
 
-  The law is twice a gamma of shape ``df / 2``; other arguments as
-  :func:`uniform`.
+  The law is twice a gamma of shape ``df / 2``; ``method="approximate"`` as
+  :func:`gamma`; other arguments as :func:`uniform`.
 
   >>> import jax, jaxfp8
   >>> jaxfp8.random.chisquare(jax.random.key(0), 3.0, (3,), "e4m3")  # doctest: +SKIP
   Array([2.5, 0.75, 4], dtype=float8_e4m3fn)
   """
+  method, twin = _jax_method("chisquare", method)
   return _sample(
       "chisquare", key, shape, dtype, {"df": df},
       lambda k, s, d: jax.random.chisquare(k, df, s, d,
-                                           out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding,
+                                           out_sharding=out_sharding, **twin),
+      static=twin, out_sharding=out_sharding, method=method, rounding=rounding,
       table_bits=table_bits)
 
 
@@ -379,15 +407,18 @@ def loggamma(key, a, shape=None, dtype=None, *, out_sharding=None,
              method=None, rounding="nearest"):
   """Log-gamma samples of shape ``a`` (> 0), rounded (cast).
 
+  ``method="approximate"`` as :func:`gamma`.
+
   >>> import jax, jaxfp8
   >>> jaxfp8.random.loggamma(jax.random.key(0), 2.0, (3,), "e4m3")  # doctest: +SKIP
   Array([0.25, -0.125, 1.25], dtype=float8_e4m3fn)
   """
+  method, twin = _jax_method("loggamma", method)
   return _sample(
       "loggamma", key, shape, dtype, {"a": a},
       lambda k, s, d: jax.random.loggamma(k, a, s, d,
-                                          out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding)
+                                          out_sharding=out_sharding, **twin),
+      static=twin, out_sharding=out_sharding, method=method, rounding=rounding)
 
 
 def f(key, dfnum, dfden, shape=None, dtype=None, *, out_sharding=None,
