@@ -404,10 +404,12 @@ def test_matmul_contracting_size_mismatch(method):
 
 def test_dequantize_dtype_errors():
   a = mx.quantize(_jax(np.arange(32)), "mxfp6_e2m3")
-  # Whether XLA holds float6 arrays depends on the installed JAX (0.10.2's
-  # CPU backend doesn't, 0.11.2's does): refused by name, or the float32
-  # values rounded as jaxfp8.cast rounds them (exact where float6 holds
-  # them, saturating beyond; XLA's own convert would give 0 there).
+  # Whether XLA holds and computes with float6 arrays depends on the
+  # installed JAX (0.10.2's CPU backend holds none, 0.11.2's holds them but
+  # can't convert them, so compat.backend_holds says no on both): refused by
+  # name, or the float32 values rounded as jaxfp8.cast rounds them (exact
+  # where float6 holds them, saturating beyond; XLA's own convert would give
+  # 0 there).
   f6 = np.dtype(ml_dtypes.float6_e2m3fn)
   if compat.backend_holds(f6):
     out = a.dequantize("float6_e2m3fn")
