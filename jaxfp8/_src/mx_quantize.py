@@ -395,22 +395,30 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
   scales = jnp.where(bad, 255, k + 127).astype(jnp.uint8)
   k_min = _fast_min_exponent(mx)
 
-  def exact(xb, k, bad, rand):
+  # The branches take the scale codes, not k and the NaN flags: each
+  # per-block array is a pass of its own on XLA CPU, and those passes cost
+  # 1.2 of 9.6 ms at 4096 x 4096 (one run). Zero blocks have k = -127.
+  def exponents(s):
+    return s.astype(_I32) - 127, s == 255
+
+  def exact(xb, s, rand):
+    k, bad = exponents(s)
     bits = lax.bitcast_convert_type(xb, _U32)
     y = _ldexp(_finite_magnitude(bits), -k[..., None])
     codes = element_codes((bits & _U32(0x80000000)) | y, mx,
                           rounding=rounding, rand=rand)
     return _nan_blocks(codes, bad, mx)
 
-  def fast(xb, k, bad, rand):
+  def fast(xb, s, rand):
     del rand
+    k, bad = exponents(s)
     # All-zero and NaN blocks decode the same whatever k their elements take.
     codes = _fast_element_codes(lax.bitcast_convert_type(xb, _U32),
-                               jnp.maximum(k, k_min), mx)
+                               jnp.clip(k, k_min, 127), mx)
     return _nan_blocks(codes, bad, mx)
 
   fast_ok = jnp.all(bad | zero | (k >= k_min))
-  codes = _one_of(fast_ok, fast, exact, rounding, xb, k, bad, rand)
+  codes = _one_of(fast_ok, fast, exact, rounding, xb, scales, rand)
   return _storage(codes, mx), scales, None
 
 
