@@ -110,9 +110,11 @@ def test_packed_bit_layouts():
 def test_6bit_packing_is_the_little_endian_bit_stream(n, runs, monkeypatch):
   """Each row's codes c_i as the integer sum c_i << 6i, in n * 3 / 4 bytes
   little-endian: whole sets of four groups and the groups left over, written
-  either way ``compat.MX_PACK_6BIT_AS_RUNS`` picks (per JAX version)."""
+  and read either way ``compat.MX_PACK_6BIT_AS_RUNS`` and
+  ``MX_UNPACK_6BIT_FROM_WORDS`` pick (per JAX version)."""
   from jaxfp8._src import mx_pack  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(compat, "MX_PACK_6BIT_AS_RUNS", runs)
+  monkeypatch.setattr(compat, "MX_UNPACK_6BIT_FROM_WORDS", runs)
   codes = np.random.default_rng(n).integers(0, 64, (2, n)).astype(np.uint8)
   want = [list(sum(int(c) << (6 * i) for i, c in enumerate(row)).to_bytes(
       n * 3 // 4, "little")) for row in codes]

@@ -104,14 +104,11 @@ def unpack(data: jax.Array, bits: int) -> jax.Array:
     w = (d & 0xF) | ((d & 0xF0) << 4)
     out = lax.bitcast_convert_type(w, _U8)
     return merge_last(out)
-  if data.shape[-1] % 12:
+  if data.shape[-1] % 12 or not compat.MX_UNPACK_6BIT_FROM_WORDS:
     g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
     g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
     v = lax.bitcast_convert_type(g, jnp.uint32)
-  else:
-    # Four groups from the three words of their 12 bytes (a word per group
-    # from a zero byte appended to each 3 measured 1.25x the time of all of
-    # MX dequantize on JAX 0.11, the same on 0.10).
+  else:  # four groups from the three words of their 12 bytes
     t = lax.bitcast_convert_type(
         data.reshape(*data.shape[:-1], data.shape[-1] // 12, 3, 4),
         jnp.uint32)
