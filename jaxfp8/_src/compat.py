@@ -40,34 +40,19 @@ except AttributeError:  # pragma: no cover - a JAX that dropped it
   from jax._src.core import Tracer  # pylint: disable=g-import-not-at-top
 
 
-# Where MX quantization packs 6-bit codes (jaxfp8._src.mx_quantize). XLA's
-# CPU backend in jaxlib 0.10 vectorizes the packing only as two loops (codes
-# to one uint32 word per group inside the quantize branch, the words to bytes
-# after it): one loop after the branch measured 2.2x slower (19.7 against
-# 9.0 ms for mxfp6_e2m3 at 4096 x 4096). In jaxlib 0.11 it is the other way
-# round: 11.9 against 17.6 ms.
+# How MX conversion (mx_quantize, mx_pack) is written for XLA CPU, which
+# vectorizes other forms in jaxlib 0.10 and 0.11 (ms at 4096 x 4096, each
+# pair one run): 6-bit codes packed to a word per group inside the quantize
+# branch (0.10 9.0 against 19.7 in one loop after it; 0.11 17.6 against
+# 11.9); the words to bytes as runs of 8 + 4 bytes per four groups, not cut
+# out of each word (0.10 2.8 against 5.6; 0.11 quantize 46.1 against 28.2);
+# unpacking from the three words of four groups, not a zero byte appended
+# per group (0.11 dequantize 1.71x against 2.12x the upcast; 0.10 31.9
+# against 28.5); blocks of 16 as the maximum of their two rows of 8, then a
+# reduce over 8, not one reduce (0.11 8.2 against 28.0; 0.10 7.1 against 4.6).
 MX_PACK_6BIT_IN_BRANCH = JAX_VERSION[:2] < (0, 11)
-
-# How 6-bit groups become bytes (jaxfp8._src.mx_pack.pack_bytes). jaxlib
-# 0.10's XLA CPU copies the 12 bytes of four groups as runs of 8 and 4: 2.8
-# against 5.6 ms for cutting the 3 low bytes out of each group's word, at
-# 4096 x 4096 (same run). In jaxlib 0.11, which packs after the quantize
-# branch, the cut fuses with the packing of the codes and the runs don't:
-# mxfp6_e2m3 quantize took 46.1 ms with the runs, 28.2 with the cut.
 MX_PACK_6BIT_AS_RUNS = JAX_VERSION[:2] < (0, 11)
-
-# How 6-bit codes are unpacked (jaxfp8._src.mx_pack.unpack). jaxlib 0.11's
-# XLA CPU is faster reading four groups from the three words of their 12
-# bytes: mxfp6_e2m3 dequantize 1.71x against 2.12x the upcast (same run).
-# jaxlib 0.10's is faster appending a zero byte to each group's 3: 28.5
-# against 31.9 ms (same run).
 MX_UNPACK_6BIT_FROM_WORDS = JAX_VERSION[:2] >= (0, 11)
-
-# How MX quantization takes the maxima of blocks of 16 (jaxfp8._src.
-# mx_quantize._block_max: two rows of 8). XLA's CPU backend in jaxlib 0.11
-# runs one reduce over both rows element by element: 28.0 against 8.2 ms for
-# the rows' elementwise maximum and then a reduce over 8, at 4096 x 4096
-# (same run). In jaxlib 0.10 the one reduce is the faster: 4.6 against 7.1.
 MX_MAX_OF_ROW_PAIRS = JAX_VERSION[:2] >= (0, 11)
 
 

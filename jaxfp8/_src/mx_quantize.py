@@ -176,12 +176,8 @@ def _fp8_values(codes, elem):
 
 
 def _scale_values(scales: jax.Array, mx: MXFormat) -> jax.Array:
-  """float32 values of nvfp4's E4M3 block-scale codes (NaN for the NaN code).
-
-  In bit operations (:func:`_fp8_values`): XLA's E4M3 -> float32 convert on
-  CPU costs some 2 ns per element, as much as the rest of a quantization of
-  the blocks' elements together.
-  """
+  """float32 values of nvfp4's E4M3 block-scale codes (NaN for the NaN code),
+  by :func:`_fp8_values`: XLA CPU's convert costs some 2 ns per element."""
   if scales.dtype != jnp.uint8:
     scales = lax.bitcast_convert_type(scales, jnp.uint8)
   return _fp8_values(scales, mx.scale)
@@ -395,9 +391,8 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
   scales = jnp.where(bad, 255, k + 127).astype(jnp.uint8)
   k_min = _fast_min_exponent(mx)
 
-  # The branches take the scale codes, not k and the NaN flags: each
-  # per-block array is a pass of its own on XLA CPU, and those passes cost
-  # 1.2 of 9.6 ms at 4096 x 4096 (one run). Zero blocks have k = -127.
+  # The branches take the scale codes, not k and the NaN flags (each
+  # per-block array is a pass of its own on XLA CPU). Zero blocks: k = -127.
   def exponents(s):
     return s.astype(_I32) - 127, s == 255
 
