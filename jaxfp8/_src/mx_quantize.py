@@ -453,7 +453,8 @@ def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
 
   # |x| / 2^j <= 2688: exact except below float32's normal range, where the
   # quotients by the scale round to zero either way (their sign is kept).
-  def exact(xb, j, sv, bad, rand):
+  def exact(xb, j, sv, rand):
+    bad = jnp.isnan(sv)  # the NaN scale code
     bits = lax.bitcast_convert_type(xb, _U32)
     xs = _ldexp(_finite_magnitude(bits), -j)
     ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
@@ -463,8 +464,9 @@ def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
                           rounding=rounding, rand=rand)
     return _nan_blocks(codes, bad, mx)
 
-  def fast(xb, j, sv, bad, rand):
+  def fast(xb, j, sv, rand):
     del rand
+    bad = jnp.isnan(sv)
     # x / 2^j on the bits: exact where x and the quotient are normal, zero
     # where either is not (at j >= _NV_FAST_MIN_EXPONENT that is exact too).
     bits = lax.bitcast_convert_type(xb, _U32)
@@ -479,7 +481,7 @@ def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
     return _nan_blocks(codes, bad, mx)
 
   codes = _one_of(j >= _NV_FAST_MIN_EXPONENT, fast, exact, rounding, xb, j, sv,
-                  bad, rand)
+                  rand)
   return _storage(codes, mx), sc, tensor_scale
 
 
