@@ -344,8 +344,7 @@ def _nan_blocks(codes, bad, mx: MXFormat):
   """
   fill = _nan_fill(mx) if mx.power_of_two_scales else 0
   codes = jnp.where(bad[..., None], jnp.asarray(fill, codes.dtype), codes)
-  if mx.bits == 8 and mx.element is not INT8:
-    # In the branch: a bitcast of the branch's result is a copy on XLA CPU.
+  if mx.bits == 8 and mx.element is not INT8:  # after the branch: a copy
     return lax.bitcast_convert_type(codes, mx.element.dtype)
   return mx_pack.pack_groups(codes, mx.bits) if _groups_in_branch(mx) else codes
 
@@ -454,7 +453,7 @@ def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
   # |x| / 2^j <= 2688: exact except below float32's normal range, where the
   # quotients by the scale round to zero either way (their sign is kept).
   def exact(xb, j, sv, rand):
-    bad = jnp.isnan(sv)  # the NaN scale code
+    bad = jnp.isnan(sv)  # the NaN scale code (no flag array of its own)
     bits = lax.bitcast_convert_type(xb, _U32)
     xs = _ldexp(_finite_magnitude(bits), -j)
     ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
@@ -466,7 +465,7 @@ def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
 
   def fast(xb, j, sv, rand):
     del rand
-    bad = jnp.isnan(sv)
+    bad = jnp.isnan(sv)  # the NaN scale code
     # x / 2^j on the bits: exact where x and the quotient are normal, zero
     # where either is not (at j >= _NV_FAST_MIN_EXPONENT that is exact too).
     bits = lax.bitcast_convert_type(xb, _U32)
