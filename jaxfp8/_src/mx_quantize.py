@@ -183,6 +183,11 @@ def _scale_values(scales: jax.Array, mx: MXFormat) -> jax.Array:
   return _fp8_values(scales, mx.scale)
 
 
+def _e8m0_parts(scales: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """E8M0 scale codes -> (their exponents, int32; whether each is NaN)."""
+  return scales.astype(_I32) - 127, scales == 255
+
+
 def _nan_fill(mx: MXFormat) -> int:
   """Element code stored in a NaN block (the element NaN where there is one)."""
   elem = mx.element
@@ -390,13 +395,9 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
   scales = jnp.where(bad, 255, k + 127).astype(jnp.uint8)
   k_min = _fast_min_exponent(mx)
 
-  # The branches take the scale codes, not k and the NaN flags (each
-  # per-block array is a pass of its own on XLA CPU). Zero blocks: k = -127.
-  def exponents(s):
-    return s.astype(_I32) - 127, s == 255
-
+  # The branches take the scale codes alone: a per-block array is a pass.
   def exact(xb, s, rand):
-    k, bad = exponents(s)
+    k, bad = _e8m0_parts(s)
     bits = lax.bitcast_convert_type(xb, _U32)
     y = _ldexp(_finite_magnitude(bits), -k[..., None])
     codes = element_codes((bits & _U32(0x80000000)) | y, mx,
@@ -405,7 +406,7 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
 
   def fast(xb, s, rand):
     del rand
-    k, bad = exponents(s)
+    k, bad = _e8m0_parts(s)
     # All-zero and NaN blocks decode the same whatever k their elements take.
     codes = _fast_element_codes(lax.bitcast_convert_type(xb, _U32),
                                jnp.clip(k, k_min, 127), mx)
@@ -572,8 +573,7 @@ def _dequantize_jit(data, scales, tensor_scale, fmt_name: str, axis: int,
   vals = element_values(codes, mx)
   sc = jnp.moveaxis(scales, axis, -1)
   if mx.power_of_two_scales:
-    k = sc.astype(_I32) - 127
-    nan_block = sc == 255
+    k, nan_block = _e8m0_parts(sc)
   else:
     sv = _scale_values(sc, mx)
     vals = vals * sv[..., None]  # exact: <= 6 significant bits, >= 2^-10
