@@ -31,14 +31,21 @@ def words(key, n: int) -> jax.Array:
 
   Other keys draw ``jax.random.bits`` of an even count (one word more for odd
   ``n``, then dropped): it costs 9x more per word at odd counts on CPU
-  (12.6 ns against 1.4 ns at 2^20 + 1 and 2^20 words).
+  (12.6 ns against 1.4 ns at 2^20 + 1 and 2^20 words). Their words pass an
+  optimization barrier: XLA CPU expands rbg's ``rng_bit_generator`` into
+  element-wise arithmetic and fused a copy of it into each consumer of the
+  words, so the DDG sampler computed its first bytes' 2^20 words three times
+  at 13-15 ms each; behind barriers here and in :func:`word_rows`, once.
+  bench random, 2026-12-02, two runs each way: exact normal under rbg keys
+  4.84-5.76x float32-then-cast against 2.67-3.37x, exact uniform 2.02-3.77x
+  against 1.04-1.55x.
   """
   if _is_threefry(key) and n < (1 << 32):
     m = -(-n // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
     out = _hashed_words(key, jnp.uint32(0), m, threefry2x32_p.bind)
   else:
     m = n + (n & 1)
-    out = jax.random.bits(key, (m,), jnp.uint32)
+    out = lax.optimization_barrier(jax.random.bits(key, (m,), jnp.uint32))
   return out[:n] if m != n else out
 
 
@@ -64,7 +71,10 @@ def word_rows(key, rows: int, cols: int) -> jax.Array:
   """
   half = rows // 2 * cols
   if not (_is_threefry(key) and rows % 2 == 0 and 0 < half < (1 << 32)):
-    return words(key, rows * cols).reshape(rows, cols)
+    # Behind a barrier in their rows too: XLA CPU then computes rbg's words
+    # once, not once per consumer (see :func:`words`).
+    flat = words(key, rows * cols)
+    return lax.optimization_barrier(flat.reshape(rows, cols))
   data = jax.random.key_data(key) if validate.is_typed_key(key) else key
   shape = (rows // 2, cols)
   counter = (lax.broadcasted_iota(jnp.uint32, shape, 0) * jnp.uint32(cols)
