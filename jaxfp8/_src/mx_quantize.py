@@ -349,7 +349,7 @@ def _nan_blocks(codes, bad, mx: MXFormat):
   """
   fill = _nan_fill(mx) if mx.power_of_two_scales else 0
   codes = jnp.where(bad[..., None], jnp.asarray(fill, codes.dtype), codes)
-  if mx.bits == 8 and mx.element is not INT8:  # after the branch: a copy
+  if mx.bits == 8 and mx.element is not INT8:  # in-branch; after it, a copy
     return lax.bitcast_convert_type(codes, mx.element.dtype)
   return mx_pack.pack_groups(codes, mx.bits) if _groups_in_branch(mx) else codes
 
