@@ -22,7 +22,7 @@ END=$((SECONDS + 350))
 # (-n auto, --doctest-modules) are dropped, and conftest.py (hypothesis
 # settings, unused here) is not loaded.
 echo "== compiled kernel tests" | tee -a "$LOG"
-timeout 150 "$PY" -m pytest -q tests/test_kernels.py -p no:cacheprovider \
+timeout 150 "$PY" -m pytest -q tests/kernels/test_kernels.py -p no:cacheprovider \
   -p no:xdist -o addopts="" --noconftest -rs 2>&1 | tee -a "$LOG" | tail -n 40
 TESTS_RC=${PIPESTATUS[0]}
 LEFT=$((END - SECONDS))

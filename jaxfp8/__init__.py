@@ -9,13 +9,13 @@ from __future__ import annotations
 import importlib
 
 from jaxfp8 import formats as formats
-from jaxfp8._src import constant_guard as _constant_guard
-from jaxfp8._src.cast import cast as cast
-from jaxfp8._src.cast import encode as encode
-from jaxfp8._src.cast import ROUNDINGS as ROUNDINGS
-from jaxfp8._src.codes import CodeArray as CodeArray
-from jaxfp8._src.codes import decode as decode
-from jaxfp8._src.formats import Format as Format
+from jaxfp8._src.numerics import constant_guard as _constant_guard
+from jaxfp8._src.numerics.cast import cast as cast
+from jaxfp8._src.numerics.cast import encode as encode
+from jaxfp8._src.numerics.cast import ROUNDINGS as ROUNDINGS
+from jaxfp8._src.numerics.codes import CodeArray as CodeArray
+from jaxfp8._src.numerics.codes import decode as decode
+from jaxfp8._src.numerics.formats import Format as Format
 
 __version__ = "0.1.0"
 
@@ -24,12 +24,12 @@ _constant_guard.guard_constants()
 # Submodules and names from heavier modules load on first use.
 _LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy", "checkpoint")
 _LAZY_NAMES = {
-    "install": "jaxfp8._src.install",
-    "uninstall": "jaxfp8._src.install",
-    "installed": "jaxfp8._src.install",
-    "is_installed": "jaxfp8._src.install",
-    "Policy": "jaxfp8._src.policy",
-    "get_policy": "jaxfp8._src.policy",
+    "install": "jaxfp8._src.install.api",
+    "uninstall": "jaxfp8._src.install.api",
+    "installed": "jaxfp8._src.install.api",
+    "is_installed": "jaxfp8._src.install.api",
+    "Policy": "jaxfp8._src.fp8.policy",
+    "get_policy": "jaxfp8._src.fp8.policy",
 }
 
 

@@ -4,11 +4,11 @@
 >>> jaxfp8.es.perturbations(jax.random.key(0), 8, (100,), "e4m3").shape
 (8, 100)
 """
-from jaxfp8._src.es import centered_rank as centered_rank
-from jaxfp8._src.es import ESState as ESState
-from jaxfp8._src.es import OpenAIES as OpenAIES
-from jaxfp8._src.es import perturbations as perturbations
-from jaxfp8._src.es import sample_population as sample_population
+from jaxfp8._src.es.population import centered_rank as centered_rank
+from jaxfp8._src.es.population import ESState as ESState
+from jaxfp8._src.es.population import OpenAIES as OpenAIES
+from jaxfp8._src.es.population import perturbations as perturbations
+from jaxfp8._src.es.population import sample_population as sample_population
 
 __all__ = [
     "ESState", "OpenAIES", "centered_rank", "perturbations",

@@ -5,22 +5,22 @@
 >>> a.nbytes
 17
 """
-from jaxfp8._src.mx import dequantize as dequantize
-from jaxfp8._src.mx import MXArray as MXArray
-from jaxfp8._src.mx import quantize as quantize
-from jaxfp8._src.mx_dot import from_scaled as from_scaled
-from jaxfp8._src.mx_dot import matmul as matmul
-from jaxfp8._src.mx_dot import to_scaled as to_scaled
-from jaxfp8._src.mx_formats import get_format as get_format
-from jaxfp8._src.mx_formats import MX_FORMATS as MX_FORMATS
-from jaxfp8._src.mx_formats import MXFormat as MXFormat
-from jaxfp8._src.mx_quantize import SCALE_MODES as SCALE_MODES
-from jaxfp8._src.mx_train import dot_general as dot_general
-from jaxfp8._src.mx_train import fake_quantize as fake_quantize
-from jaxfp8._src.mx_train import get_recipe as get_recipe
-from jaxfp8._src.mx_train import MXRecipe as MXRecipe
+from jaxfp8._src.mx.array import dequantize as dequantize
+from jaxfp8._src.mx.array import MXArray as MXArray
+from jaxfp8._src.mx.array import quantize as quantize
+from jaxfp8._src.mx.matmul import from_scaled as from_scaled
+from jaxfp8._src.mx.matmul import matmul as matmul
+from jaxfp8._src.mx.matmul import to_scaled as to_scaled
+from jaxfp8._src.mx.formats import get_format as get_format
+from jaxfp8._src.mx.formats import MX_FORMATS as MX_FORMATS
+from jaxfp8._src.mx.formats import MXFormat as MXFormat
+from jaxfp8._src.mx.quantize import SCALE_MODES as SCALE_MODES
+from jaxfp8._src.mx.train import dot_general as dot_general
+from jaxfp8._src.mx.train import fake_quantize as fake_quantize
+from jaxfp8._src.mx.train import get_recipe as get_recipe
+from jaxfp8._src.mx.train import MXRecipe as MXRecipe
 
-# Defined in jaxfp8._src.mx_flax, which imports Flax: loaded on first use.
+# Defined in jaxfp8._src.mx.flax_modules, which imports Flax: loaded on first use.
 _FLAX_NAMES = (
     "MXDotGeneral", "NnxMXDotGeneral", "NnxStochasticMXDotGeneral",
     "dequantize_params", "linen_mx", "nnx_mx", "packed_bytes",
@@ -30,7 +30,7 @@ _FLAX_NAMES = (
 
 def __getattr__(name: str):
   if name in _FLAX_NAMES:
-    from jaxfp8._src import mx_flax  # pylint: disable=g-import-not-at-top
+    from jaxfp8._src.mx import flax_modules as mx_flax  # pylint: disable=g-import-not-at-top
     return getattr(mx_flax, name)
   raise AttributeError(f"module 'jaxfp8.mx' has no attribute {name!r}")
 

@@ -13,7 +13,7 @@ of the table method. See ``docs/random.md``.
 >>> x.dtype
 dtype(float8_e4m3fn)
 """
-from jaxfp8._src.laws import rounded_law as rounded_law
+from jaxfp8._src.random.laws import rounded_law as rounded_law
 from jaxfp8._src.random.config import default_method as default_method
 from jaxfp8._src.random.config import get_default_method as get_default_method
 from jaxfp8._src.random.config import METHODS as METHODS

@@ -1,9 +1,9 @@
 """Shared test settings: deterministic hypothesis, CPU-sized examples.
 
 Two hypothesis profiles: ``jaxfp8`` (the default, for CI: derandomized, so
-every run draws the same cases, and sized so tests/test_properties.py runs in
+every run draws the same cases, and sized so tests/numerics/test_properties.py runs in
 about a minute on two cores) and ``long`` (ten times the examples, by hand:
-``HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py``).
+``HYPOTHESIS_PROFILE=long python -m pytest tests/numerics/test_properties.py``).
 
 XLA compiles the suite's programs with cheaper code generation (LLVM ``-O0``
 and, on jaxlib 0.10, XLA's elemental IR emitter): most of the suite's time is
@@ -38,17 +38,17 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jaxfp8"))
 # first, so that pytest-xdist starts them early and no worker ends the run
 # alone on one of them while the other is idle.
 _LONG_FIRST = (
-    "tests/test_sharded_training.py",
-    "tests/test_es_sharding.py",
-    "tests/test_mx_train_example.py",
-    "tests/test_es_example.py",
+    "tests/fp8/test_sharded_training.py",
+    "tests/es/test_es_sharding.py",
+    "tests/mx/test_mx_train_example.py",
+    "tests/es/test_es_example.py",
     "tests/test_default_codegen.py",
-    "tests/test_report.py::test_a_hung_operation_is_a_timeout_cell",
-    "tests/test_policy_example.py",
-    "tests/test_mx_sharding.py",
+    "tests/tools/test_report.py::test_a_hung_operation_is_a_timeout_cell",
+    "tests/fp8/test_policy_example.py",
+    "tests/mx/test_mx_sharding.py",
     "tests/test_wheel.py",
     "tests/test_checkpoint.py",
-    "tests/test_cli.py::test_bench_random_leaves_out_rows_that_cannot_exist",
+    "tests/tools/test_cli.py::test_bench_random_leaves_out_rows_that_cannot_exist",
 )
 
 

@@ -1,7 +1,7 @@
 """Statistics and reference laws the tests judge samples with (the library has
 no use for them): chi-square and the scipy.stats law rounded to a format.
 
-The distance between laws, :func:`jaxfp8._src.laws.total_variation`, is the
+The distance between laws, :func:`jaxfp8._src.random.laws.total_variation`, is the
 library's (the report uses it); tests import it from there.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from jaxfp8._src import laws
+from jaxfp8._src.random import laws
 
 
 def chi_square(counts: np.ndarray, probs: np.ndarray, *,

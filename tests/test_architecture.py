@@ -20,8 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxfp8"
 MAX_LINES = 600
 # Modules that may import a framework (each integrates jaxfp8 with one).
 INTEGRATIONS = {
-    "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8_flax",
-    "jaxfp8._src.install", "jaxfp8._src.mx_flax",
+    "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8.flax_modules",
+    "jaxfp8._src.install.api", "jaxfp8._src.mx.flax_modules",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
 
@@ -186,10 +186,10 @@ def test_frameworks_only_in_integration_modules(module):
 
 def test_the_checks_see_violations():
   """The scanners find what they look for (a test that can fail)."""
-  tree = ast.parse("from jaxfp8._src import cast as c\nc._x\n"
-                   "from jaxfp8._src.cast import _y\n"
-                   "getattr(c, '_z')\nimport jaxfp8._src.cast\n"
-                   "jaxfp8._src.cast._w\n")
+  tree = ast.parse("from jaxfp8._src.numerics import cast as c\nc._x\n"
+                   "from jaxfp8._src.numerics.cast import _y\n"
+                   "getattr(c, '_z')\nimport jaxfp8._src.numerics.cast\n"
+                   "jaxfp8._src.numerics.cast._w\n")
   TREES["jaxfp8._src.__probe__"] = tree
   SOURCES["jaxfp8._src.__probe__"] = ROOT / "_src" / "probe.py"
   try:

@@ -14,7 +14,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8._src import compat
-from jaxfp8._src import initializers as ours
+from jaxfp8._src.nn import initializers as ours
 
 KEY = jax.random.key(0)
 # Every jax.nn.initializers factory whose closures install() routes, with

@@ -23,11 +23,11 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Each selection must select tests (pytest exits 5 if none), and all must pass.
 SELECTIONS = {
-    "cast": ["tests/test_cast.py", "-k",
+    "cast": ["tests/numerics/test_cast.py", "-k",
              "corner_values or integer_path or ml_dtypes or decode_inverts"
              " or hypothesis_inputs or never_nan or wide_16_bit"],
-    "mx": ["tests/test_mx.py", "-k", "not bit_exact_against_float64_reference",
-           "tests/test_formats.py"],
+    "mx": ["tests/mx/test_mx.py", "-k", "not bit_exact_against_float64_reference",
+           "tests/numerics/test_formats.py"],
 }
 
 

@@ -39,7 +39,7 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path):
       cwd=tmp_path)
   wheel, = dist.glob("jaxfp8-*.whl")
   names = zipfile.ZipFile(wheel).namelist()
-  for needed in ("jaxfp8/py.typed", "jaxfp8/_src/rounding.py",
+  for needed in ("jaxfp8/py.typed", "jaxfp8/_src/numerics/rounding.py",
                  "jaxfp8/_src/random/__init__.py", "jaxfp8/tools/cli.py",
                  "jaxfp8/tools/report/__init__.py"):
     assert needed in names, needed

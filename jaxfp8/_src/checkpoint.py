@@ -35,9 +35,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxfp8._src import formats
-from jaxfp8._src.codes import CodeArray
-from jaxfp8._src.mx import MXArray
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.mx.array import MXArray
 
 _SPECIAL = (CodeArray, MXArray)
 _SEP = "__"
@@ -255,8 +255,8 @@ def restore(directory: Any, target: Any) -> Any:
 
 def _serializable_types() -> tuple[type, ...]:
   """jaxfp8's pytree classes: storage types and scaling state."""
-  from jaxfp8._src import loss_scaling  # pylint: disable=g-import-not-at-top
-  from jaxfp8._src import scaling  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.fp8 import loss_scaling  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.fp8 import scaling  # pylint: disable=g-import-not-at-top
   return (*_SPECIAL, scaling.CurrentScaling, scaling.DelayedScaling,
           loss_scaling.NoOpLossScale, loss_scaling.StaticLossScale,
           loss_scaling.DynamicLossScale)

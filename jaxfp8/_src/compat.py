@@ -8,9 +8,9 @@ that an upgrade that moves one fails there, by name, instead of silently
 doing nothing.
 
 Sections: version and traced values; the MLIR constant handlers (for
-:mod:`jaxfp8._src.constant_guard`); the closures of ``jax.nn.initializers``,
+:mod:`jaxfp8._src.numerics.constant_guard`); the closures of ``jax.nn.initializers``,
 where JAX, Flax and Haiku hold the functions :func:`jaxfp8.install` replaces,
-and Haiku's initializer classes (for :mod:`jaxfp8._src.install`).
+and Haiku's initializer classes (for :mod:`jaxfp8._src.install.api`).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def ndarray_constant_types() -> tuple[type, ...]:
 # backend takes float6 arrays (0.10.2's refuses them), but converting one to
 # float32 fails to compile (LLVM: "Invalid bitcast" of i6) and concatenating
 # two aborts the process, so no probe compiles float6 code, and float6 stays
-# uint8 codes on both. tests/test_formats.py checks that fact.
+# uint8 codes on both. tests/numerics/test_formats.py checks that fact.
 HELD_BUT_NOT_COMPUTED_BITS = frozenset({6})
 
 

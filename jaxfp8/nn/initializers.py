@@ -6,27 +6,27 @@
 >>> w.dtype, bool(jnp.isnan(w.astype(jnp.float32)).any())
 (dtype(float8_e4m3fn), False)
 """
-from jaxfp8._src.init_range import FormatRangeWarning as FormatRangeWarning
-from jaxfp8._src.initializers import constant as constant
-from jaxfp8._src.initializers import delta_orthogonal as delta_orthogonal
-from jaxfp8._src.initializers import glorot_normal as glorot_normal
-from jaxfp8._src.initializers import glorot_uniform as glorot_uniform
-from jaxfp8._src.initializers import he_normal as he_normal
-from jaxfp8._src.initializers import he_uniform as he_uniform
-from jaxfp8._src.initializers import Initializer as Initializer
-from jaxfp8._src.initializers import kaiming_normal as kaiming_normal
-from jaxfp8._src.initializers import kaiming_uniform as kaiming_uniform
-from jaxfp8._src.initializers import lecun_normal as lecun_normal
-from jaxfp8._src.initializers import lecun_uniform as lecun_uniform
-from jaxfp8._src.initializers import normal as normal
-from jaxfp8._src.initializers import ones as ones
-from jaxfp8._src.initializers import orthogonal as orthogonal
-from jaxfp8._src.initializers import truncated_normal as truncated_normal
-from jaxfp8._src.initializers import uniform as uniform
-from jaxfp8._src.initializers import variance_scaling as variance_scaling
-from jaxfp8._src.initializers import xavier_normal as xavier_normal
-from jaxfp8._src.initializers import xavier_uniform as xavier_uniform
-from jaxfp8._src.initializers import zeros as zeros
+from jaxfp8._src.nn.init_range import FormatRangeWarning as FormatRangeWarning
+from jaxfp8._src.nn.initializers import constant as constant
+from jaxfp8._src.nn.initializers import delta_orthogonal as delta_orthogonal
+from jaxfp8._src.nn.initializers import glorot_normal as glorot_normal
+from jaxfp8._src.nn.initializers import glorot_uniform as glorot_uniform
+from jaxfp8._src.nn.initializers import he_normal as he_normal
+from jaxfp8._src.nn.initializers import he_uniform as he_uniform
+from jaxfp8._src.nn.initializers import Initializer as Initializer
+from jaxfp8._src.nn.initializers import kaiming_normal as kaiming_normal
+from jaxfp8._src.nn.initializers import kaiming_uniform as kaiming_uniform
+from jaxfp8._src.nn.initializers import lecun_normal as lecun_normal
+from jaxfp8._src.nn.initializers import lecun_uniform as lecun_uniform
+from jaxfp8._src.nn.initializers import normal as normal
+from jaxfp8._src.nn.initializers import ones as ones
+from jaxfp8._src.nn.initializers import orthogonal as orthogonal
+from jaxfp8._src.nn.initializers import truncated_normal as truncated_normal
+from jaxfp8._src.nn.initializers import uniform as uniform
+from jaxfp8._src.nn.initializers import variance_scaling as variance_scaling
+from jaxfp8._src.nn.initializers import xavier_normal as xavier_normal
+from jaxfp8._src.nn.initializers import xavier_uniform as xavier_uniform
+from jaxfp8._src.nn.initializers import zeros as zeros
 
 __all__ = [
     "FormatRangeWarning", "Initializer", "constant", "delta_orthogonal",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from jaxfp8._src import formats
+from jaxfp8._src.numerics import formats
 
 
 def _num(v: float) -> str:

@@ -21,7 +21,7 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import formats
+from jaxfp8._src.numerics import formats
 
 # The fp8 formats tensor cores multiply (and Triton's dot accepts).
 FP8_DTYPES: tuple[np.dtype, ...] = tuple(

@@ -21,12 +21,12 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import codes
-from jaxfp8._src import formats
-from jaxfp8._src import mx as mx_lib
-from jaxfp8._src import mx_dot
-from jaxfp8._src import validate
-from jaxfp8._src.mx_formats import get_format
+from jaxfp8._src.numerics import codes
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx import matmul as mx_dot
+from jaxfp8._src.numerics import validate
+from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul

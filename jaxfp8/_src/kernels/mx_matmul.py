@@ -42,7 +42,7 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import mx as mx_lib
+from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.kernels import common
 
 # The MX formats whose elements fp8 tensor cores read directly.

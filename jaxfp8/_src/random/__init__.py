@@ -8,6 +8,6 @@ serves it; one module per method (``exact_method``, ``table_method``,
 ``cast_method``); shared pieces in ``common`` (formats, parameters, output),
 ``bits`` (random draws of any width packed into 32-bit words) and ``config``
 (the default method). What each law is (parameters, domains, CDFs) is in
-:mod:`jaxfp8._src.distributions`, the rounded laws they sample in
-:mod:`jaxfp8._src.laws`.
+:mod:`jaxfp8._src.random.distributions`, the rounded laws they sample in
+:mod:`jaxfp8._src.random.laws`.
 """

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.random import threefry2x32_p
 
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import validate
 
 
 def words(key, n: int) -> jax.Array:
@@ -93,7 +93,7 @@ def _threefry2x32(k0, k1, x0, x1):
   XLA CPU lowers JAX's primitive as a rolled loop of 5 iterations; in
   :func:`words_upto`'s loop over parts that loop's per-iteration cost
   dominated (the parts are small). Written out, a part is one fused pass.
-  ``tests/test_random_laws.py`` checks the words against the primitive's.
+  ``tests/random/test_random_laws.py`` checks the words against the primitive's.
   """
   def rotl(v, r):
     return (v << jnp.uint32(r)) | (v >> jnp.uint32(32 - r))

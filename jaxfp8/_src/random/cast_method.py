@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src import formats
-from jaxfp8._src import rounding as rounding_lib
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding as rounding_lib
 
 
 def sample(key: jax.Array, dist: str, fmt: formats.Format,

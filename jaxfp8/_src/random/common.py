@@ -13,17 +13,17 @@ import jax
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src import distributions
-from jaxfp8._src import formats
-from jaxfp8._src import rounding
-from jaxfp8._src import validate
-from jaxfp8._src.codes import CodeArray
+from jaxfp8._src.random import distributions
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics import validate
+from jaxfp8._src.numerics.codes import CodeArray
 
 
 def out_format(dtype: Any, fn: str) -> tuple[formats.Format | None, Any]:
   """``(narrow format, None)``, or ``(None, dtype)`` for a wide float.
 
-  ``dtype`` is read by :func:`jaxfp8._src.formats.get_dtype`, so every name
+  ``dtype`` is read by :func:`jaxfp8._src.numerics.formats.get_dtype`, so every name
   and alias works: a narrow one (``"e4m3"``, ``jnp.float8_e5m2``) is sampled
   here, a wide one (``"bf16"``, ``"f16"``, ``jnp.float32``, ``"f64"``) goes to
   jax.random as that dtype, and None stays None (jax.random's default).
@@ -59,7 +59,7 @@ def check_params(fn: str, params: dict[str, Any]) -> None:
   Every concrete value is checked element by element (Python numbers, NumPy
   arrays, concrete jax arrays, CodeArrays decoded exactly); traced ones are
   not. The rules are the distribution table's
-  (:func:`jaxfp8._src.distributions.check_domain`).
+  (:func:`jaxfp8._src.random.distributions.check_domain`).
 
   Raises:
     ValueError: naming ``fn`` and the parameter.

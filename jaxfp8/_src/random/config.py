@@ -5,7 +5,7 @@ import contextlib
 import threading
 from typing import Iterator, Literal
 
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import validate
 
 Method = Literal["exact", "table", "cast"]
 METHODS: tuple[str, ...] = ("exact", "table", "cast")

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import jax
 
 from jaxfp8._src import compat
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import common
 from jaxfp8._src.random import config
 from jaxfp8._src.random import draw

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import jax
 
-from jaxfp8._src import rounding as rounding_lib
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import cast_method
 from jaxfp8._src.random import common
 from jaxfp8._src.random import config

@@ -3,7 +3,7 @@
 Every sampler of :mod:`jaxfp8.random` goes through here for a narrow
 ``dtype``: :func:`start` checks the key, ``dtype`` and ``shape``; :func:`run`
 checks the parameters against the distribution table
-(:mod:`jaxfp8._src.distributions`), chooses the method
+(:mod:`jaxfp8._src.random.distributions`), chooses the method
 (:func:`choose_method`) and runs it (``exact_method``, ``table_method`` or
 ``cast_method``).
 
@@ -22,10 +22,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import codes as codes_lib
-from jaxfp8._src import distributions
-from jaxfp8._src import formats
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import codes as codes_lib
+from jaxfp8._src.random import distributions
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import cast_method
 from jaxfp8._src.random import common
 from jaxfp8._src.random import config

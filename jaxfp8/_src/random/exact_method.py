@@ -1,7 +1,7 @@
 """The ``exact`` method: the rounded law, sampled with integer arithmetic.
 
 At trace time the law of the real draw rounded into the format
-(:func:`jaxfp8._src.laws.rounded_law`, float64) is quantized to integer masses
+(:func:`jaxfp8._src.random.laws.rounded_law`, float64) is quantized to integer masses
 ``q_i`` summing to ``2^32`` (each within ``2^-32`` of the true probability,
 and equal to it when the law is dyadic at that resolution). On device a
 sample picks value ``i`` with probability exactly ``q_i / 2^32``, by the plan
@@ -66,9 +66,9 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src import codes as codes_lib
-from jaxfp8._src import formats
-from jaxfp8._src import laws
+from jaxfp8._src.numerics import codes as codes_lib
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import laws
 from jaxfp8._src.random import bits as bits_lib
 from jaxfp8._src.random import common
 from jaxfp8._src.random import pool as pool_lib

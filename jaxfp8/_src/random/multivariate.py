@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxfp8._src import validate
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import common
 from jaxfp8._src.random import draw
 

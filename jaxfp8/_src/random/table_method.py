@@ -21,8 +21,8 @@ import functools
 
 import numpy as np
 
-from jaxfp8._src import formats
-from jaxfp8._src import laws
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import laws
 from jaxfp8._src.random import common
 from jaxfp8._src.random import exact_method
 

@@ -41,9 +41,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfp8._src import cast as cast_lib
-from jaxfp8._src import es
-from jaxfp8._src import formats
+from jaxfp8._src.numerics import cast as cast_lib
+from jaxfp8._src.es import population as es
+from jaxfp8._src.numerics import formats
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import config

@@ -30,7 +30,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src import formats
+from jaxfp8._src.numerics import formats
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import continuous as samplers

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxfp8._src import formats
+from jaxfp8._src.numerics import formats
 from jaxfp8.tools.report import laws as report_laws
 from jaxfp8.tools.report import plots as report_plots
 from jaxfp8.tools.report import run as report_run

@@ -4,11 +4,11 @@ The right answer for a sampler in a narrow format is the law of the
 real-valued draw rounded to nearest (ties to even, saturating): the
 probability of each representable value ``v`` is the real law's mass between
 the midpoints around ``v``; the mass beyond the outermost midpoints goes to
-+-max. ``jaxfp8._src.laws.rounded_law`` is the source of truth for the
++-max. ``jaxfp8._src.random.laws.rounded_law`` is the source of truth for the
 distributions of ``jaxfp8.random``; this module asks it first and computes
 the remaining cases (scaled initializer laws, mixtures, unsigned formats,
 multivariate marginals) from the CDF itself: the distribution table's
-(:mod:`jaxfp8._src.distributions`) where it has the law, SciPy's otherwise.
+(:mod:`jaxfp8._src.random.distributions`) where it has the law, SciPy's otherwise.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxfp8._src import distributions
-from jaxfp8._src import formats
-from jaxfp8._src import laws
+from jaxfp8._src.random import distributions
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import laws
 from jaxfp8.tools.report import worker as report_worker
 
 Law = tuple[np.ndarray, np.ndarray, float]  # values, probabilities, P(NaN)
@@ -129,7 +129,7 @@ def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
     try:
       values, probs = laws.rounded_law(op.name, fmt, **dict(op.kwargs))
       return (np.asarray(values, np.float64), np.asarray(probs, np.float64),
-              0.0), "jaxfp8._src.laws"
+              0.0), "jaxfp8._src.random.laws"
     except (TypeError, ValueError):
       pass  # a law laws.py doesn't cover (or E8M0): compute it below
   law = _from_cdf(spec, fmt)
@@ -141,7 +141,7 @@ def rounded_law(spec: dict[str, Any] | None, fmt: formats.Format,
     values, probs, nan = law
     law = (values, (1 - w) * probs + w * zero_probs, (1 - w) * nan
            + w * zero_nan)
-  return law, ("jaxfp8._src.distributions" if spec["dist"] in _IN_TABLE
+  return law, ("jaxfp8._src.random.distributions" if spec["dist"] in _IN_TABLE
                else "scipy")
 
 
