@@ -35,9 +35,7 @@ from jaxfp8._src.mx.formats import MXFormat
 
 ScaleMode = Literal["floor", "rceil", "ceil", "even"]
 SCALE_MODES: tuple[str, ...] = ("floor", "rceil", "ceil", "even")
-# Directed roundings would need the sticky bits of quotients below float32's
-# range, which the scaled values don't keep; the MX spec asks for these two.
-ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic")
+ROUNDINGS: tuple[str, ...] = rounding_lib.NEAREST_OR_STOCHASTIC
 
 _U32, _I32 = jnp.uint32, jnp.int32
 _INF = 0x7F800000

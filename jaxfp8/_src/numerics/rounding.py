@@ -40,6 +40,11 @@ from jaxfp8._src.numerics.codes import host_float32
 Rounding = Literal["nearest", "stochastic", "down", "up", "toward_zero"]
 ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic", "down", "up",
                               "toward_zero")
+# The roundings offered where values come from a scaled or sampled float32
+# (MX elements, samplers): directed roundings would need sticky bits of
+# quotients below float32's range, which the scaled values don't keep; the
+# MX spec asks for these two.
+NEAREST_OR_STOCHASTIC: tuple[str, ...] = ROUNDINGS[:2]
 
 _U32 = jnp.uint32
 _F32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
@@ -318,5 +323,5 @@ def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
   return x.astype(jnp.float32)
 
 
-__all__ = ["ROUNDINGS", "Rounding", "f32_bits", "limit_magnitude",
+__all__ = ["NEAREST_OR_STOCHASTIC", "ROUNDINGS", "Rounding", "f32_bits", "limit_magnitude",
            "round_magnitude", "round_to", "round_to_codes", "to_float32"]
