@@ -25,7 +25,7 @@ import numpy as np
 from jaxfp8._src.numerics import codes as codes_lib
 from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import cast_method
 from jaxfp8._src.random import common
@@ -34,7 +34,7 @@ from jaxfp8._src.random import exact_method
 from jaxfp8._src.random import table_method
 
 # The roundings the samplers offer (the cast method's).
-ROUNDINGS = rounding.NEAREST_OR_STOCHASTIC
+ROUNDINGS = rounding_lib.NEAREST_OR_STOCHASTIC
 
 
 def start(fn: str, key: Any, shape: Any, dtype: Any,
