@@ -450,3 +450,13 @@ def wald(key, mean, shape=None, dtype=None, *, out_sharding=None,
       lambda k, s, d: jax.random.wald(k, mean, s, d,
                                       out_sharding=out_sharding),
       out_sharding=out_sharding, method=method, rounding=rounding)
+
+
+# The samplers of jax.random's signatures this module defines (re-exported by
+# jaxfp8.random; install() routes jax.random's namesakes to them).
+__all__ = [
+    "beta", "cauchy", "chisquare", "double_sided_maxwell", "exponential",
+    "f", "gamma", "generalized_normal", "gumbel", "laplace", "loggamma",
+    "logistic", "lognormal", "maxwell", "normal", "pareto", "rayleigh", "t",
+    "triangular", "truncated_normal", "uniform", "wald", "weibull_min",
+]

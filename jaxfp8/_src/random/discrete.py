@@ -155,3 +155,10 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
     shape = validate.check_shape(shape, fn)
   return jax.random.categorical(key, logits, axis, shape, replace, mode,
                                 out_sharding=out_sharding)
+
+
+# The samplers of jax.random's signatures this module defines (re-exported by
+# jaxfp8.random; install() routes jax.random's namesakes to them).
+__all__ = [
+    "bernoulli", "binomial", "categorical", "multinomial", "rademacher",
+]

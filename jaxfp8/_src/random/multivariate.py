@@ -110,3 +110,10 @@ def orthogonal(key, n, shape=(), dtype=None, m=None, *, out_sharding=None,
     static["m"] = validate.check_size(m, "m", fn)
   return draw.run(fn, key, None, fmt, params={}, static=static,
                   method=method, rounding=rounding, out_sharding=out_sharding)
+
+
+# The samplers of jax.random's signatures this module defines (re-exported by
+# jaxfp8.random; install() routes jax.random's namesakes to them).
+__all__ = [
+    "ball", "dirichlet", "multivariate_normal", "orthogonal",
+]
