@@ -41,7 +41,8 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path):
   names = zipfile.ZipFile(wheel).namelist()
   for needed in ("jaxfp8/py.typed", "jaxfp8/_src/numerics/rounding.py",
                  "jaxfp8/_src/random/__init__.py", "jaxfp8/tools/cli.py",
-                 "jaxfp8/tools/report/__init__.py"):
+                 "jaxfp8/tools/report/__init__.py",
+                 "jaxfp8/tools/report/command.py"):
     assert needed in names, needed
   env_dir = tmp_path / "venv"
   venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)

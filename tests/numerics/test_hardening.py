@@ -268,6 +268,6 @@ def test_fp8_dot_general_checks_formats_when_built():
 
 
 def test_report_ops_did_you_mean():
-  from jaxfp8.tools import report  # pylint: disable=g-import-not-at-top
+  from jaxfp8.tools.report import command as report_command  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="unknown nrmal; did you mean 'normal'"):
-    report._select_ops("nrmal", 64)  # pylint: disable=protected-access
+    report_command._select_ops("nrmal", 64)  # pylint: disable=protected-access

@@ -15,6 +15,7 @@ from jaxfp8._src import compat
 from jaxfp8._src.random import laws
 from jaxfp8.tools import report
 from jaxfp8.tools.report import laws as report_laws
+from jaxfp8.tools.report import tables as report_tables
 from jaxfp8.tools.report import plots as report_plots
 from jaxfp8.tools.report import run as report_run
 from jaxfp8.tools.report import worker as report_worker
@@ -108,25 +109,25 @@ def test_judge():
   op = OPS["normal"]
   law = (*laws.rounded_law("normal", fmt), 0.0)
   n = 4096
-  nan_cell = report.judge(op, {"status": "ok", "n": n, "nan": n, "counts": [],
+  nan_cell = report_tables.judge(op, {"status": "ok", "n": n, "nan": n, "counts": [],
                                "dtype": fmt.name}, law)
   assert nan_cell.verdict == "wrong" and "NaN" in nan_cell.status
   exact = [[float(v), int(round(p * n))] for v, p in zip(*law[:2])
            if round(p * n)]
   total = sum(c for _, c in exact)
-  ok = report.judge(op, {"status": "ok", "n": total, "nan": 0,
+  ok = report_tables.judge(op, {"status": "ok", "n": total, "nan": 0,
                          "counts": exact, "dtype": fmt.name}, law)
   assert ok.verdict == "ok", ok
-  one_value = report.judge(op, {"status": "ok", "n": n, "nan": 0,
+  one_value = report_tables.judge(op, {"status": "ok", "n": n, "nan": 0,
                                 "counts": [[0.0, n]], "dtype": fmt.name}, law)
   assert one_value.verdict == "wrong" and "wrong law" in one_value.status
-  as_f32 = report.judge(op, {"status": "ok", "n": total, "nan": 0,
+  as_f32 = report_tables.judge(op, {"status": "ok", "n": total, "nan": 0,
                              "counts": exact, "dtype": "float32",
                              "wrong_dtype": True}, law)
   assert as_f32.verdict == "wrong" and "float32" in as_f32.status
-  abort = report.judge(op, {"status": "abort", "message": "SIGABRT: x"}, law)
+  abort = report_tables.judge(op, {"status": "abort", "message": "SIGABRT: x"}, law)
   assert abort.verdict == "abort" and "**abort**" in abort.status
-  na = report.judge(op, {"status": "n/a",
+  na = report_tables.judge(op, {"status": "n/a",
                          "message": "jaxfp8.random.gumbel: not available"},
                     law)
   assert na.verdict == "n/a" and "not available" in na.status
@@ -138,7 +139,7 @@ def test_jaxfp8_cast_row_is_exact_in_every_format(fmt):
   res = report_worker.Runner("jaxfp8", 256, 0).run(fmt, "cast with overflow")
   assert res["status"] == "ok", res
   assert res["mismatch"] == 0 and res["nan_from_finite"] == 0, res
-  cell = report.judge(OPS["cast with overflow"], res, None)
+  cell = report_tables.judge(OPS["cast with overflow"], res, None)
   assert cell.verdict == "ok", cell
 
 
@@ -149,7 +150,7 @@ def test_missing_jaxfp8_api_is_a_not_available_cell():
   res = runner.run("float8_e4m3fn", "gumbel2")
   assert res == {"status": "n/a",
                  "message": "jaxfp8.random.gumbel2: not available"}
-  cell = report.judge(runner.ops["gumbel2"], res, None)
+  cell = report_tables.judge(runner.ops["gumbel2"], res, None)
   assert cell.verdict == "n/a" and "not available" in cell.status
 
 
@@ -161,7 +162,7 @@ def test_native_cast_row_counts_overflow_nan():
     want_nan = np.isnan(x.astype(jnp.float8_e4m3fn).astype(np.float64))
   assert (want_nan & np.isfinite(x)).any()  # ml_dtypes: 465 -> NaN
   assert res["nan_from_finite"] == int((want_nan & np.isfinite(x)).sum())
-  assert report.judge(OPS["cast with overflow"], res, None).verdict == (
+  assert report_tables.judge(OPS["cast with overflow"], res, None).verdict == (
       "wrong" if res["nan_from_finite"] else "ok")
 
 
