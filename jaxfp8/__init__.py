@@ -22,7 +22,8 @@ __version__ = "0.1.0"
 _constant_guard.guard_constants()
 
 # Submodules and names from heavier modules load on first use.
-_LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy", "checkpoint")
+_LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy", "scaling",
+                 "optim", "checkpoint")
 _LAZY_NAMES = {
     "install": "jaxfp8._src.install.api",
     "uninstall": "jaxfp8._src.install.api",
