@@ -20,6 +20,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8._src.install import api as install_lib
+from jaxfp8._src.install import routing
 from jaxfp8.nn.initializers import FormatRangeWarning
 
 FP8 = ["float8_e4m3fn", "float8_e5m2"]
@@ -88,14 +89,13 @@ def test_uninstall_leaves_every_module_as_found():
 
 
 def test_unknown_closure_layout_warns_and_still_installs(monkeypatch):
-  learn = install_lib.compat.learn_init_closures
+  learn = routing.learn_init_closures
 
   def without_normal(factories):
     kinds, _ = learn(factories)
     return tuple(k for k in kinds if k.factory != "normal"), ("normal",)
 
-  monkeypatch.setattr(install_lib.compat, "learn_init_closures",
-                      without_normal)
+  monkeypatch.setattr(routing, "learn_init_closures", without_normal)
   monkeypatch.setattr(install_lib, "_LEARNED", [])  # learned once per process
   with pytest.warns(RuntimeWarning, match="normal"):
     jaxfp8.install()
@@ -481,16 +481,15 @@ def test_factories_imported_before_install_round_once():
 
 def test_routed_closure_works_where_nothing_was_learned():
   """A closure routed in one process and unpickled in another reaches a
-  compat that has learned nothing yet (simulated by forgetting)."""
-  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
+  routing module that has learned nothing yet (simulated by forgetting)."""
   with jaxfp8.installed():
     init = jax.nn.initializers.lecun_normal()
-    known = dict(compat._KNOWN)  # pylint: disable=protected-access
-    compat._KNOWN.clear()  # pylint: disable=protected-access
+    known = dict(routing._KNOWN)  # pylint: disable=protected-access
+    routing._KNOWN.clear()  # pylint: disable=protected-access
     try:
       w = init(jax.random.key(0), (16, 16), jnp.float32)
     finally:
-      compat._KNOWN.update(known)  # pylint: disable=protected-access
+      routing._KNOWN.update(known)  # pylint: disable=protected-access
   want = jax.nn.initializers.lecun_normal()(jax.random.key(0), (16, 16),
                                             jnp.float32)
   np.testing.assert_array_equal(w, want)

@@ -13,13 +13,14 @@ a narrow format to jaxfp8, and leaves every other call to JAX, untouched
 - The closures JAX's factories return, including those built before
   installing (Flax builds ``default_kernel_init = lecun_normal()`` at
   import), are routed as a whole: while installed, each closure runs a
-  router (:mod:`jaxfp8._src.compat`) that reads the closure's own arguments
-  and answers a narrow dtype with jaxfp8's factory of the same name built
-  from them (the initializer computed in float32, rounded once), and runs
-  JAX's code for any other dtype. JAX's closures would scale the sample in
-  the narrow format instead: the scale rounded first (6% off in
-  float8_e4m3fn, 12% in float8_e5m2), the product rounded again, and NaN for
-  truncated normals in float8_e4m3fn.
+  router (:mod:`jaxfp8._src.install.routing`) that reads the closure's own
+  arguments and answers a narrow dtype with jaxfp8's factory of the same
+  name built from them (the initializer computed in float32, rounded once),
+  and runs JAX's code for any other dtype. JAX's closures would scale the
+  sample in the narrow format instead: the scale rounded first (off by up
+  to 6.25% in float8_e4m3fn, 12.5% in float8_e5m2: half a step of their 3
+  and 2 mantissa bits), the product rounded again, and NaN for truncated
+  normals in float8_e4m3fn.
 - Haiku's initializer classes scale their samples in the narrow format too;
   their ``__call__`` (a class attribute, so it covers instances made before
   installing) runs in float32 and rounds once. Import Haiku first.
@@ -38,7 +39,7 @@ from (:mod:`jaxfp8.nn.initializers` gives the codes to those who want them).
 
 - The factories themselves, wherever they are held (a module that did
   ``from jax.nn.initializers import normal`` before installing), route the
-  closures they make while installed (:func:`compat.route_factories`).
+  closures they make while installed (:func:`routing.route_factories`).
 
 Only references held by JAX, Flax and Haiku modules are replaced; closures
 and factories are routed wherever they are held.
@@ -58,7 +59,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import compat
+from jaxfp8._src.install import references
+from jaxfp8._src.install import routing
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.nn import initializers as ours
 from jaxfp8._src import random as random_package
@@ -211,7 +213,7 @@ def _factory_shim(original: Callable) -> Callable:
   """A factory whose closures are routed (see :func:`_initialize`)."""
   @functools.wraps(original)
   def factory(*args, **kwargs):
-    return compat.route_init_closure(original(*args, **kwargs))
+    return routing.route_init_closure(original(*args, **kwargs))
   factory.jaxfp8_original = original
   return factory
 
@@ -244,7 +246,7 @@ def _shims(jax_inits: dict[str, Callable]) -> dict[int, Callable]:
   """id of each original -> its shim."""
   samplers = _our_samplers()
   shims: dict[int, Callable] = {}
-  for name, original in compat.float_samplers(samplers).items():
+  for name, original in references.float_samplers(samplers).items():
     replacement = samplers.get(name) or _cast_sampler(original)
     shims[id(original)] = _random_shim(original, replacement)
   for name, original in jax_inits.items():
@@ -264,8 +266,8 @@ def _init_closures(jax_inits: dict[str, Callable]):
   routes with the same router code (a closure routed by an earlier install
   is unrouted by a later uninstall)."""
   if not _LEARNED:
-    _LEARNED.append(compat.learn_init_closures(
-        {name: compat.original_factory(fn) for name, fn in jax_inits.items()}))
+    _LEARNED.append(routing.learn_init_closures(
+        {name: routing.original_factory(fn) for name, fn in jax_inits.items()}))
   return _LEARNED[0]
 
 
@@ -303,15 +305,15 @@ def install() -> None:
           f"in the format (rounded twice).", RuntimeWarning, stacklevel=2)
     shims = _shims(jax_inits)
     patches = [(owner, attr, original, shims[id(original)])
-               for owner, attr, original in compat.references(shims)]
+               for owner, attr, original in references.references(shims)]
     patches += [(cls, "__call__", vars(cls)["__call__"],
                  _haiku_shim(vars(cls)["__call__"]))
-                for cls in compat.haiku_initializer_classes()]
+                for cls in references.haiku_initializer_classes()]
     for owner, attr, original, shim in patches:
       setattr(owner, attr, shim)
       _PATCHES.append((owner, attr, original))
-    compat.route_init_closures(kinds, _initialize)
-    compat.route_factories({name: jax_inits[name] for name in ours.FACTORIES})
+    routing.route_init_closures(kinds, _initialize)
+    routing.route_factories({name: jax_inits[name] for name in ours.FACTORIES})
 
 
 def uninstall() -> None:
@@ -325,8 +327,8 @@ def uninstall() -> None:
   True
   """
   with _LOCK:
-    compat.unroute_factories()
-    compat.unroute_init_closures()
+    routing.unroute_factories()
+    routing.unroute_init_closures()
     while _PATCHES:
       owner, attr, original = _PATCHES.pop()
       setattr(owner, attr, original)
