@@ -48,9 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
-import pkgutil
 import threading
 import warnings
 from typing import Any, Callable, Iterator
@@ -61,20 +59,19 @@ import numpy as np
 
 from jaxfp8._src.install import references
 from jaxfp8._src.install import routing
-from jaxfp8._src.numerics import formats
 from jaxfp8._src.nn import initializers as ours
-from jaxfp8._src import random as random_package
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.cast import cast
+from jaxfp8._src.random import continuous
+from jaxfp8._src.random import discrete
+from jaxfp8._src.random import multivariate
 
-# The samplers install() routes to their jaxfp8 namesakes: those of
-# jaxfp8.random (tests/install/test_install.py checks that the two lists agree).
-SAMPLERS: tuple[str, ...] = (
-    "ball", "bernoulli", "beta", "binomial", "categorical", "cauchy",
-    "chisquare", "dirichlet", "double_sided_maxwell", "exponential", "f",
-    "gamma", "generalized_normal", "gumbel", "laplace", "loggamma",
-    "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal",
-    "normal", "orthogonal", "pareto", "rademacher", "rayleigh", "t",
-    "triangular", "truncated_normal", "uniform", "wald", "weibull_min")
+# The modules that declare jaxfp8.random's samplers in their ``__all__``.
+_SAMPLER_MODULES = (continuous, discrete, multivariate)
+# The samplers install() routes to their jaxfp8 namesakes: every sampler of
+# jaxfp8.random.
+SAMPLERS: tuple[str, ...] = tuple(sorted(
+    name for module in _SAMPLER_MODULES for name in module.__all__))
 
 _LOCK = threading.RLock()
 # (owner, attribute, original) in the order they were replaced.
@@ -89,29 +86,24 @@ def _is_active() -> bool:
 def _our_samplers() -> dict[str, Callable]:
   """name -> jaxfp8's sampler, for the :data:`SAMPLERS` jax.random has.
 
-  Looked up in the modules of ``jaxfp8._src.random``: the function of that
-  name that takes every argument of its jax.random namesake (the helpers of
-  one method, ``exact_method.bernoulli`` say, don't).
+  Each must take every argument of its jax.random namesake: install() passes
+  them by name.
   """
-  package = random_package.__name__
-  modules = [importlib.import_module(f"{package}.{m.name}")
-             for m in pkgutil.iter_modules(random_package.__path__)]
   found = {}
-  for name in SAMPLERS:
-    theirs = getattr(jax.random, name, None)
-    if theirs is None:
-      continue
-    wanted = set(inspect.signature(theirs).parameters)
-    candidates = {id(fn): fn for fn in (vars(m).get(name) for m in modules)
-                  if inspect.isfunction(fn)
-                  and fn.__module__.startswith(package)
-                  and wanted <= set(inspect.signature(fn).parameters)}
-    if len(candidates) != 1:
-      raise RuntimeError(
-          f"jaxfp8.install(): expected one sampler `{name}` taking "
-          f"jax.random.{name}'s arguments in {package}, found "
-          f"{len(candidates)}")
-    found[name] = next(iter(candidates.values()))
+  for module in _SAMPLER_MODULES:
+    for name in module.__all__:
+      theirs = getattr(jax.random, name, None)
+      if theirs is None:
+        continue
+      fn = getattr(module, name)
+      missing = (set(inspect.signature(theirs).parameters)
+                 - set(inspect.signature(fn).parameters))
+      if missing:
+        raise RuntimeError(
+            f"jaxfp8.install(): the sampler `{name}` of {module.__name__} "
+            f"must take jax.random.{name}'s arguments, but lacks "
+            f"{sorted(missing)}")
+      found[name] = fn
   return found
 
 
