@@ -20,6 +20,7 @@ import pytest
 
 import jaxfp8
 from jaxfp8._src.install import api as install_lib
+from jaxfp8._src.install import routing
 from jaxfp8.nn.initializers import FormatRangeWarning
 
 FP8 = ["float8_e4m3fn", "float8_e5m2"]
@@ -88,14 +89,13 @@ def test_uninstall_leaves_every_module_as_found():
 
 
 def test_unknown_closure_layout_warns_and_still_installs(monkeypatch):
-  learn = install_lib.compat.learn_init_closures
+  learn = routing.learn_init_closures
 
   def without_normal(factories):
     kinds, _ = learn(factories)
     return tuple(k for k in kinds if k.factory != "normal"), ("normal",)
 
-  monkeypatch.setattr(install_lib.compat, "learn_init_closures",
-                      without_normal)
+  monkeypatch.setattr(routing, "learn_init_closures", without_normal)
   monkeypatch.setattr(install_lib, "_LEARNED", [])  # learned once per process
   with pytest.warns(RuntimeWarning, match="normal"):
     jaxfp8.install()
@@ -105,18 +105,62 @@ def test_unknown_closure_layout_warns_and_still_installs(monkeypatch):
   assert not np.isnan(as_f64(w)).any()
 
 
-NOT_SAMPLERS = {"METHODS", "default_method", "get_default_method",
-                "set_default_method", "rounded_law", "table_law"}
+def _takes_a_key(obj):
+  return (inspect.isfunction(obj)
+          and next(iter(inspect.signature(obj).parameters), None) == "key")
 
 
-def test_samplers_are_jaxfp8_random_samplers():
-  assert set(install_lib.SAMPLERS) == set(jaxfp8.random.__all__) - NOT_SAMPLERS
-  assert len(install_lib.SAMPLERS) == len(set(install_lib.SAMPLERS))
-  found = install_lib._our_samplers()  # pylint: disable=protected-access
-  for name, fn in found.items():
-    assert fn is getattr(jaxfp8.random, name), name
-  assert set(found) == {n for n in install_lib.SAMPLERS
-                        if hasattr(jax.random, n)}
+def test_samplers_are_every_sampler_of_jaxfp8_random():
+  """SAMPLERS comes from the modules' ``__all__``: a sampler jaxfp8.random
+  exports (a function taking ``key`` first) that no module declares fails."""
+  samplers = install_lib.SAMPLERS
+  assert list(samplers) == sorted(set(samplers))  # sorted, no name twice
+  assert set(samplers) == {n for n in jaxfp8.random.__all__
+                           if _takes_a_key(getattr(jaxfp8.random, n))}
+
+
+@pytest.mark.parametrize("name", install_lib.SAMPLERS)
+def test_each_sampler_takes_its_jax_random_namesakes_arguments(name):
+  theirs = getattr(jax.random, name, None)
+  if theirs is None:
+    pytest.skip(f"this JAX's jax.random has no {name}: install() leaves "
+                f"nothing to route")
+  assert inspect.isfunction(theirs), name
+  ours = install_lib._our_samplers()[name]  # pylint: disable=protected-access
+  assert ours is getattr(jaxfp8.random, name)
+  assert (set(inspect.signature(theirs).parameters)
+          <= set(inspect.signature(ours).parameters))
+
+
+def test_install_routes_every_float_sampler_of_jax_random():
+  """Each of SAMPLERS that jax.random has with a dtype is replaced; the
+  others (bernoulli, categorical: no dtype) are left as they are."""
+  before = {n: getattr(jax.random, n) for n in install_lib.SAMPLERS
+            if hasattr(jax.random, n)}
+  with jaxfp8.installed():
+    for name, original in before.items():
+      takes_dtype = "dtype" in inspect.signature(original).parameters
+      now = getattr(jax.random, name)
+      assert (now is not original) == takes_dtype, name
+      if takes_dtype:
+        assert now.jaxfp8_original is original, name
+
+
+def test_a_sampler_lacking_jax_arguments_is_a_clear_error(monkeypatch):
+  from jaxfp8._src.random import continuous  # pylint: disable=g-import-not-at-top
+
+  def normal(key, shape=(), dtype=None):  # lacks out_sharding
+    return (key, shape, dtype)
+
+  monkeypatch.setattr(continuous, "normal", normal)
+  install_lib._our_samplers.cache_clear()  # pylint: disable=protected-access
+  try:
+    with pytest.raises(RuntimeError, match=(
+        r"`normal` of jaxfp8\._src\.random\.continuous must take "
+        r"jax\.random\.normal's arguments, but lacks \['out_sharding'\]")):
+      install_lib._our_samplers()  # pylint: disable=protected-access
+  finally:
+    install_lib._our_samplers.cache_clear()  # pylint: disable=protected-access
 
 
 def test_install_is_idempotent_and_installed_nests():
@@ -481,16 +525,15 @@ def test_factories_imported_before_install_round_once():
 
 def test_routed_closure_works_where_nothing_was_learned():
   """A closure routed in one process and unpickled in another reaches a
-  compat that has learned nothing yet (simulated by forgetting)."""
-  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
+  routing module that has learned nothing yet (simulated by forgetting)."""
   with jaxfp8.installed():
     init = jax.nn.initializers.lecun_normal()
-    known = dict(compat._KNOWN)  # pylint: disable=protected-access
-    compat._KNOWN.clear()  # pylint: disable=protected-access
+    known = dict(routing._KNOWN)  # pylint: disable=protected-access
+    routing._KNOWN.clear()  # pylint: disable=protected-access
     try:
       w = init(jax.random.key(0), (16, 16), jnp.float32)
     finally:
-      compat._KNOWN.update(known)  # pylint: disable=protected-access
+      routing._KNOWN.update(known)  # pylint: disable=protected-access
   want = jax.nn.initializers.lecun_normal()(jax.random.key(0), (16, 16),
                                             jnp.float32)
   np.testing.assert_array_equal(w, want)

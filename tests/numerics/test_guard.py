@@ -12,6 +12,7 @@ import pytest
 import jaxfp8
 from jaxfp8._src import compat
 from jaxfp8._src.numerics import constant_guard
+from jaxfp8._src.numerics import formats
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -55,6 +56,19 @@ def test_supported_formats_lower_unchanged():
   np.testing.assert_array_equal(out[0].astype(jnp.float32), [1.5, -2.0])
   np.testing.assert_array_equal(jax.jit(lambda x: x + np.float32(1))(
       jnp.ones(2)), [2.0, 2.0])
+
+
+HELD_NOT_COMPUTED = [f.name for f in formats.all_formats(narrow=True)
+                     if f.bits in compat.HELD_BUT_NOT_COMPUTED_BITS]
+
+
+@pytest.mark.parametrize("name", HELD_NOT_COMPUTED)
+def test_held_but_not_computed_formats_are_refused(name):
+  """The guard's formats come from compat's one list of widths the backend
+  holds but can't compute with (the handler raises before lowering)."""
+  handler = compat.get_constant_handler(np.ndarray)
+  with pytest.raises(TypeError, match=name):
+    handler(np.ones(3, formats.get(name).dtype))
 
 
 def test_guard_is_installed_and_idempotent():

@@ -13,13 +13,14 @@ a narrow format to jaxfp8, and leaves every other call to JAX, untouched
 - The closures JAX's factories return, including those built before
   installing (Flax builds ``default_kernel_init = lecun_normal()`` at
   import), are routed as a whole: while installed, each closure runs a
-  router (:mod:`jaxfp8._src.compat`) that reads the closure's own arguments
-  and answers a narrow dtype with jaxfp8's factory of the same name built
-  from them (the initializer computed in float32, rounded once), and runs
-  JAX's code for any other dtype. JAX's closures would scale the sample in
-  the narrow format instead: the scale rounded first (6% off in
-  float8_e4m3fn, 12% in float8_e5m2), the product rounded again, and NaN for
-  truncated normals in float8_e4m3fn.
+  router (:mod:`jaxfp8._src.install.routing`) that reads the closure's own
+  arguments and answers a narrow dtype with jaxfp8's factory of the same
+  name built from them (the initializer computed in float32, rounded once),
+  and runs JAX's code for any other dtype. JAX's closures would scale the
+  sample in the narrow format instead: the scale rounded first (off by up
+  to 6.25% in float8_e4m3fn, 12.5% in float8_e5m2: half a step of their 3
+  and 2 mantissa bits), the product rounded again, and NaN for truncated
+  normals in float8_e4m3fn.
 - Haiku's initializer classes scale their samples in the narrow format too;
   their ``__call__`` (a class attribute, so it covers instances made before
   installing) runs in float32 and rounds once. Import Haiku first.
@@ -38,7 +39,7 @@ from (:mod:`jaxfp8.nn.initializers` gives the codes to those who want them).
 
 - The factories themselves, wherever they are held (a module that did
   ``from jax.nn.initializers import normal`` before installing), route the
-  closures they make while installed (:func:`compat.route_factories`).
+  closures they make while installed (:func:`routing.route_factories`).
 
 Only references held by JAX, Flax and Haiku modules are replaced; closures
 and factories are routed wherever they are held.
@@ -47,9 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
-import pkgutil
 import threading
 import warnings
 from typing import Any, Callable, Iterator
@@ -58,21 +57,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src import compat
-from jaxfp8._src.numerics import formats
+from jaxfp8._src.install import references
+from jaxfp8._src.install import routing
 from jaxfp8._src.nn import initializers as ours
-from jaxfp8._src import random as random_package
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.cast import cast
+from jaxfp8._src.random import continuous
+from jaxfp8._src.random import discrete
+from jaxfp8._src.random import multivariate
 
-# The samplers install() routes to their jaxfp8 namesakes: those of
-# jaxfp8.random (tests/install/test_install.py checks that the two lists agree).
-SAMPLERS: tuple[str, ...] = (
-    "ball", "bernoulli", "beta", "binomial", "categorical", "cauchy",
-    "chisquare", "dirichlet", "double_sided_maxwell", "exponential", "f",
-    "gamma", "generalized_normal", "gumbel", "laplace", "loggamma",
-    "logistic", "lognormal", "maxwell", "multinomial", "multivariate_normal",
-    "normal", "orthogonal", "pareto", "rademacher", "rayleigh", "t",
-    "triangular", "truncated_normal", "uniform", "wald", "weibull_min")
+# The modules that declare jaxfp8.random's samplers in their ``__all__``.
+_SAMPLER_MODULES = (continuous, discrete, multivariate)
+# The samplers install() routes to their jaxfp8 namesakes: every sampler of
+# jaxfp8.random.
+SAMPLERS: tuple[str, ...] = tuple(sorted(
+    name for module in _SAMPLER_MODULES for name in module.__all__))
 
 _LOCK = threading.RLock()
 # (owner, attribute, original) in the order they were replaced.
@@ -87,29 +86,24 @@ def _is_active() -> bool:
 def _our_samplers() -> dict[str, Callable]:
   """name -> jaxfp8's sampler, for the :data:`SAMPLERS` jax.random has.
 
-  Looked up in the modules of ``jaxfp8._src.random``: the function of that
-  name that takes every argument of its jax.random namesake (the helpers of
-  one method, ``exact_method.bernoulli`` say, don't).
+  Each must take every argument of its jax.random namesake: install() passes
+  them by name.
   """
-  package = random_package.__name__
-  modules = [importlib.import_module(f"{package}.{m.name}")
-             for m in pkgutil.iter_modules(random_package.__path__)]
   found = {}
-  for name in SAMPLERS:
-    theirs = getattr(jax.random, name, None)
-    if theirs is None:
-      continue
-    wanted = set(inspect.signature(theirs).parameters)
-    candidates = {id(fn): fn for fn in (vars(m).get(name) for m in modules)
-                  if inspect.isfunction(fn)
-                  and fn.__module__.startswith(package)
-                  and wanted <= set(inspect.signature(fn).parameters)}
-    if len(candidates) != 1:
-      raise RuntimeError(
-          f"jaxfp8.install(): expected one sampler `{name}` taking "
-          f"jax.random.{name}'s arguments in {package}, found "
-          f"{len(candidates)}")
-    found[name] = next(iter(candidates.values()))
+  for module in _SAMPLER_MODULES:
+    for name in module.__all__:
+      theirs = getattr(jax.random, name, None)
+      if theirs is None:
+        continue
+      fn = getattr(module, name)
+      missing = (set(inspect.signature(theirs).parameters)
+                 - set(inspect.signature(fn).parameters))
+      if missing:
+        raise RuntimeError(
+            f"jaxfp8.install(): the sampler `{name}` of {module.__name__} "
+            f"must take jax.random.{name}'s arguments, but lacks "
+            f"{sorted(missing)}")
+      found[name] = fn
   return found
 
 
@@ -211,7 +205,7 @@ def _factory_shim(original: Callable) -> Callable:
   """A factory whose closures are routed (see :func:`_initialize`)."""
   @functools.wraps(original)
   def factory(*args, **kwargs):
-    return compat.route_init_closure(original(*args, **kwargs))
+    return routing.route_init_closure(original(*args, **kwargs))
   factory.jaxfp8_original = original
   return factory
 
@@ -244,7 +238,7 @@ def _shims(jax_inits: dict[str, Callable]) -> dict[int, Callable]:
   """id of each original -> its shim."""
   samplers = _our_samplers()
   shims: dict[int, Callable] = {}
-  for name, original in compat.float_samplers(samplers).items():
+  for name, original in references.float_samplers(samplers).items():
     replacement = samplers.get(name) or _cast_sampler(original)
     shims[id(original)] = _random_shim(original, replacement)
   for name, original in jax_inits.items():
@@ -264,8 +258,8 @@ def _init_closures(jax_inits: dict[str, Callable]):
   routes with the same router code (a closure routed by an earlier install
   is unrouted by a later uninstall)."""
   if not _LEARNED:
-    _LEARNED.append(compat.learn_init_closures(
-        {name: compat.original_factory(fn) for name, fn in jax_inits.items()}))
+    _LEARNED.append(routing.learn_init_closures(
+        {name: routing.original_factory(fn) for name, fn in jax_inits.items()}))
   return _LEARNED[0]
 
 
@@ -303,15 +297,15 @@ def install() -> None:
           f"in the format (rounded twice).", RuntimeWarning, stacklevel=2)
     shims = _shims(jax_inits)
     patches = [(owner, attr, original, shims[id(original)])
-               for owner, attr, original in compat.references(shims)]
+               for owner, attr, original in references.references(shims)]
     patches += [(cls, "__call__", vars(cls)["__call__"],
                  _haiku_shim(vars(cls)["__call__"]))
-                for cls in compat.haiku_initializer_classes()]
+                for cls in references.haiku_initializer_classes()]
     for owner, attr, original, shim in patches:
       setattr(owner, attr, shim)
       _PATCHES.append((owner, attr, original))
-    compat.route_init_closures(kinds, _initialize)
-    compat.route_factories({name: jax_inits[name] for name in ours.FACTORIES})
+    routing.route_init_closures(kinds, _initialize)
+    routing.route_factories({name: jax_inits[name] for name in ours.FACTORIES})
 
 
 def uninstall() -> None:
@@ -325,8 +319,8 @@ def uninstall() -> None:
   True
   """
   with _LOCK:
-    compat.unroute_factories()
-    compat.unroute_init_closures()
+    routing.unroute_factories()
+    routing.unroute_init_closures()
     while _PATCHES:
       owner, attr, original = _PATCHES.pop()
       setattr(owner, attr, original)

@@ -21,9 +21,11 @@ def _unlowerable(dtype) -> formats.Format | None:
     fmt = formats.get(dtype)
   except (TypeError, ValueError):
     return None
-  # JAX 0.11.2 holds float6 arrays, but lowering a float6 constant still
-  # aborts (XLA: "Check failed ... (0 vs. 64)" in array.h), as on 0.10.
-  return None if fmt.native and fmt.bits != 6 else fmt
+  # Native formats lower. Those the backend holds but doesn't compute with
+  # (compat.HELD_BUT_NOT_COMPUTED_BITS) are not native: JAX 0.11.2 holds
+  # float6 arrays, but lowering a float6 constant still aborts (XLA: "Check
+  # failed ... (0 vs. 64)" in array.h), as on 0.10.
+  return None if fmt.native else fmt
 
 
 def _guarded(original):
@@ -45,7 +47,7 @@ def guard_constants() -> None:
   """Wraps JAX's NumPy constant handlers in the format check (idempotent).
 
   >>> import jaxfp8
-  >>> from jaxfp8._src import constant_guard
+  >>> from jaxfp8._src.numerics import constant_guard
   >>> constant_guard.guard_constants(); constant_guard.constants_guarded()
   True
   """
