@@ -4,9 +4,9 @@
 >>> jaxfp8.es.perturbations(jax.random.key(0), 8, (100,), "e4m3").shape
 (8, 100)
 """
-from jaxfp8._src.es.population import centered_rank as centered_rank
-from jaxfp8._src.es.population import ESState as ESState
-from jaxfp8._src.es.population import OpenAIES as OpenAIES
+from jaxfp8._src.es.openai_es import centered_rank as centered_rank
+from jaxfp8._src.es.openai_es import ESState as ESState
+from jaxfp8._src.es.openai_es import OpenAIES as OpenAIES
 from jaxfp8._src.es.population import perturbations as perturbations
 from jaxfp8._src.es.population import sample_population as sample_population
 

@@ -35,9 +35,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxfp8._src.mx.array import MXArray
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.codes import CodeArray
-from jaxfp8._src.mx.array import MXArray
 
 _SPECIAL = (CodeArray, MXArray)
 _SEP = "__"

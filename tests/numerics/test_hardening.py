@@ -21,9 +21,9 @@ from jaxfp8 import mx
 from jaxfp8 import ops
 from jaxfp8 import policy as P
 from jaxfp8 import random as jr
+from jaxfp8._src.numerics import rounding
 from jaxfp8._src.random import distributions
 from jaxfp8._src.random import laws
-from jaxfp8._src.numerics import rounding
 from jaxfp8.nn import initializers as inits
 
 KEY = jax.random.key(0)

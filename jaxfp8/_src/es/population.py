@@ -1,9 +1,12 @@
-"""Evolution strategies whose populations live in narrow formats.
+"""The populations of an evolution strategy, drawn in narrow formats.
 
 An evolution strategy draws a whole population of Gaussian perturbations every
 generation. Stored in fp8 they take a quarter of float32's memory, and drawn
 with :func:`jaxfp8.random.normal` each entry follows the exact rounded N(0, 1)
 law of the chosen method, at a fraction of the cost of float32-then-cast.
+:func:`perturbations` draws them, :func:`sample_population` the candidates
+``mean + sigma * eps``; the optimizer that uses them is
+:mod:`jaxfp8._src.es.openai_es`.
 
 Blocks: the sampler's scratch (32-bit words, float32 candidates) is 4 to 16
 bytes an entry, so a narrow population larger than :data:`BLOCK_ENTRIES`
@@ -23,32 +26,38 @@ spread over the devices by ``b``), and the values equal a single device's.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.numerics import formats
-from jaxfp8._src.numerics import validate
-from jaxfp8._src.numerics.rounding import ROUNDINGS
-from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import codes as codes_lib
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import as_float32
 from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.numerics.rounding import ROUNDINGS
 
 Population = Any  # jax.Array (float or native narrow) or jaxfp8.CodeArray
 
 # The entries of one block's draw (per half of an antithetic population):
-# 2^22 keeps a block's scratch near 40 MB (e4m3fn, exact method), and the
-# blocked draws were no slower than one draw at 4096 x 10,000 (docs/es.md).
+# 2^22 bounds a block's scratch (4 to 16 bytes an entry) and leaves blocks
+# few enough that a blocked draw keeps the speed of one draw (the ES
+# benchmark, docs/es.md).
 BLOCK_ENTRIES = 1 << 22
 
 
-def _check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
+def check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
+  """``popsize`` as an int: positive, and even where ``antithetic``.
+
+  Raises:
+    TypeError: for a non-integer ``popsize``, naming ``fn``.
+    ValueError: for a popsize below 1, or an odd one with ``antithetic``.
+  """
   if isinstance(popsize, (bool, np.bool_)) or not isinstance(
       popsize, (int, np.integer)):
     raise TypeError(f"`popsize` argument to `{fn}` must be an int, got "
@@ -63,7 +72,7 @@ def _check_popsize(popsize: Any, antithetic: bool, fn: str) -> int:
   return popsize
 
 
-def _population_format(dtype: Any, fn: str) -> formats.Format:
+def population_format(dtype: Any, fn: str) -> formats.Format:
   """The format of a population: a signed narrow format or a wide float."""
   fmt = formats.get(dtype, arg="dtype", fn=fn)
   if not fmt.signed:
@@ -72,7 +81,7 @@ def _population_format(dtype: Any, fn: str) -> formats.Format:
   return fmt
 
 
-def _check_method(method: str | None, fmt: formats.Format, fn: str):
+def check_method(method: str | None, fmt: formats.Format, fn: str):
   """Checks ``method``; returns the jit cache key of the method to be used.
 
   ``None`` is passed on to :func:`jaxfp8.random.normal` (which picks the
@@ -170,7 +179,7 @@ def mirror(x: Population, fmt: formats.Format) -> Population:
     the fnuz formats (which have no -0) stays zero.
 
   >>> import jax.numpy as jnp
-  >>> from jaxfp8._src import formats
+  >>> from jaxfp8._src.numerics import formats
   >>> mirror(jnp.array([1.5, 0.0], jnp.float8_e4m3fn),
   ...        formats.get("float8_e4m3fn"))
   Array([1.5, 0, -1.5, -0], dtype=float8_e4m3fn)
@@ -260,11 +269,11 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   """
   fn = "perturbations"
   key = validate.check_single_key(key, fn)
-  popsize = _check_popsize(popsize, antithetic, fn)
+  popsize = check_popsize(popsize, antithetic, fn)
   shape = validate.check_shape(shape, fn)
-  fmt = _population_format(dtype, fn)
+  fmt = population_format(dtype, fn)
   return _perturbations_jit(key, popsize, shape, fmt.name, bool(antithetic),
-                            _check_method(method, fmt, fn),
+                            check_method(method, fmt, fn),
                             _block(popsize, shape, fmt, antithetic))
 
 
@@ -345,8 +354,8 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   """
   fn = "sample_population"
   key = validate.check_single_key(key, fn)
-  popsize = _check_popsize(popsize, antithetic, fn)
-  fmt = _population_format(dtype, fn)
+  popsize = check_popsize(popsize, antithetic, fn)
+  fmt = population_format(dtype, fn)
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
   if not fmt.narrow and rounding != "nearest":
     raise ValueError(f"`rounding` argument to `{fn}` must be 'nearest' for the "
@@ -360,7 +369,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
                      f"shape {mean.shape}, got shape {sigma.shape}")
   return _sample_population_jit(key, mean, sigma, popsize, fmt.name,
                                 bool(antithetic), rounding,
-                                _check_method(None, fmt, fn),
+                                check_method(None, fmt, fn),
                                 _block(popsize, mean.shape, fmt, antithetic))
 
 
@@ -376,162 +385,3 @@ def _check_sigma(sigma: Any, fn: str) -> None:
   if not np.all(ok):
     raise ValueError(f"`sigma` argument to `{fn}` must be finite, got "
                      f"{s if s.ndim == 0 else s[~ok][:4]}")
-
-
-def centered_rank(fitness: Any) -> jax.Array:
-  """Fitness shaping: ranks mapped linearly onto [-0.5, 0.5].
-
-  The lowest fitness gets -0.5 and the highest 0.5 (ties are ranked in index
-  order), so the update ignores the scale and outliers of the fitness. NaN
-  fitness (a diverged candidate) ranks lowest, below -inf.
-
-  >>> centered_rank(jnp.array([3.0, -1.0, 10.0]))
-  Array([ 0. , -0.5,  0.5], dtype=float32)
-  >>> centered_rank(jnp.array([3.0, jnp.nan, 10.0]))
-  Array([ 0. , -0.5,  0.5], dtype=float32)
-  """
-  validate.check_array(fitness, "fitness", "centered_rank")
-  x = jnp.asarray(fitness)
-  if x.ndim != 1:
-    raise ValueError(f"`fitness` argument to `centered_rank` must be a 1-D "
-                     f"array (one fitness per candidate), got shape {x.shape}")
-  n = x.shape[0]
-  if n < 2:
-    return jnp.zeros(x.shape, jnp.float32)
-  # argsort puts NaN last (best): sort (not NaN, value) pairs instead.
-  order = jnp.lexsort((jnp.where(jnp.isnan(x), 0, x), ~jnp.isnan(x)))
-  ranks = jnp.argsort(order, stable=True)
-  return ranks.astype(jnp.float32) / (n - 1) - 0.5
-
-
-class ESState(NamedTuple):
-  """The state of :class:`OpenAIES`: a pytree, updated by ``tell``.
-
-  Attributes:
-    mean: the search distribution's centre, float32.
-    sigma: its standard deviation, a float32 scalar.
-    opt_state: the optimizer's state for ``mean``.
-    generation: the number of ``tell`` calls so far.
-  """
-  mean: jax.Array
-  sigma: jax.Array
-  opt_state: Any
-  generation: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenAIES:
-  """OpenAI-ES (Salimans et al. 2017) with the population in any float format.
-
-  ``ask`` returns the population's perturbations ``eps`` (in ``dtype``: fp8
-  takes a quarter of float32's memory); candidate ``i`` is
-  ``mean + sigma * eps[i]``, see :meth:`candidates`. ``tell`` ranks the
-  fitness (centered ranks), estimates the search gradient
-  ``sum_i w_i eps_i / (popsize * sigma)`` and hands it to an optax optimizer
-  for the mean.
-
-  Attributes:
-    popsize: the population size (even with antithetic sampling).
-    optimizer: an ``optax.GradientTransformation`` for the mean, e.g.
-      ``optax.adam(0.03)``.
-    sigma: the initial standard deviation of the perturbations.
-    dtype: the population's format: a signed narrow format or float32.
-    antithetic: mirrored sampling (see :func:`perturbations`).
-    method: the :func:`jaxfp8.random.normal` method (narrow formats).
-    sigma_decay: sigma is multiplied by this after every ``tell`` ...
-    sigma_min: ... but not below this.
-    maximize: if False (default), ``fitness`` is a loss to minimize.
-
-  >>> import jax, jax.numpy as jnp, optax, jaxfp8
-  >>> es = jaxfp8.es.OpenAIES(popsize=64, optimizer=optax.adam(0.1),
-  ...                         sigma=0.1, dtype="e4m3")
-  >>> state = es.init(jnp.full(8, 3.0))
-  >>> @jax.jit
-  ... def step(state, key):
-  ...   eps = es.ask(key, state)
-  ...   loss = jnp.sum(es.candidates(state, eps) ** 2, axis=1)
-  ...   return es.tell(state, eps, loss), None
-  >>> state, _ = jax.lax.scan(step, state, jax.random.split(jax.random.key(0), 100))
-  >>> bool(jnp.sum(state.mean ** 2) < 0.1 * jnp.sum(jnp.full(8, 3.0) ** 2))
-  True
-  """
-  popsize: int
-  optimizer: Any
-  sigma: float = 0.1
-  dtype: Any = jnp.float32
-  antithetic: bool = True
-  method: str | None = None
-  sigma_decay: float = 1.0
-  sigma_min: float = 0.0
-  maximize: bool = False
-
-  def __post_init__(self):
-    fn = "OpenAIES"
-    _check_popsize(self.popsize, self.antithetic, fn)
-    if self.popsize < 2:
-      raise ValueError(f"`popsize` argument to `{fn}` must be at least 2, got "
-                       f"{self.popsize}")
-    fmt = _population_format(self.dtype, fn)
-    _check_method(self.method, fmt, fn)
-    if not (hasattr(self.optimizer, "init") and hasattr(self.optimizer,
-                                                        "update")):
-      raise TypeError(f"`optimizer` argument to `{fn}` must be an optax "
-                      f"GradientTransformation, got "
-                      f"{type(self.optimizer).__name__}")
-    for arg, lo, strict in (("sigma", 0.0, True), ("sigma_decay", 0.0, True),
-                            ("sigma_min", 0.0, False)):
-      v = getattr(self, arg)
-      if isinstance(v, compat.Tracer):
-        continue  # traced (jit, vmap over settings): checked by nobody
-      try:  # Python and NumPy numbers, 0-d arrays
-        if isinstance(v, (bool, str)) or np.ndim(v) != 0:
-          raise TypeError
-        v = float(v)
-      except (TypeError, ValueError) as e:
-        raise TypeError(f"`{arg}` argument to `{fn}` must be a float, got "
-                        f"{type(v).__name__} {np.shape(v) or ''}") from e
-      if not (np.isfinite(v) and (v > lo if strict else v >= lo)):
-        want = "positive" if strict else "non-negative"
-        raise ValueError(f"`{arg}` argument to `{fn}` must be finite and "
-                         f"{want}, got {v}")
-
-  def init(self, mean: Any) -> ESState:
-    """The initial state, centred on ``mean`` (any shape, kept in float32)."""
-    mean = jnp.asarray(mean, jnp.float32)
-    return ESState(mean, jnp.float32(self.sigma), self.optimizer.init(mean),
-                   jnp.int32(0))
-
-  def ask(self, key: jax.Array, state: ESState) -> Population:
-    """The perturbations of a new population: ``(popsize, *mean.shape)``."""
-    return perturbations(key, self.popsize, state.mean.shape, self.dtype,
-                         antithetic=self.antithetic, method=self.method)
-
-  def candidates(self, state: ESState, population: Population) -> jax.Array:
-    """The candidates ``mean + sigma * eps`` in float32 (rows, or one row)."""
-    return state.mean + state.sigma * as_float32(population)
-
-  def tell(self, state: ESState, population: Population,
-           fitness: Any) -> ESState:
-    """Moves the mean along the estimated search gradient; decays sigma."""
-    want = (self.popsize, *state.mean.shape)
-    if tuple(getattr(population, "shape", ())) != want:
-      raise ValueError(f"`population` argument to `OpenAIES.tell` must have "
-                       f"shape {want} (popsize, *mean.shape), as `ask` "
-                       f"returns it, got {getattr(population, 'shape', None)}")
-    fitness = jnp.asarray(fitness, jnp.float32)
-    if fitness.shape != (self.popsize,):
-      raise ValueError(f"`fitness` argument to `OpenAIES.tell` must have shape "
-                       f"({self.popsize},), got {fitness.shape}")
-    w = centered_rank(fitness if self.maximize else -fitness)
-    eps = population
-    if self.antithetic:  # eps[h + i] == -eps[i] exactly
-      h = self.popsize // 2
-      w, eps = w[:h] - w[h:], population[:h]
-    ascent = jnp.tensordot(w, as_float32(eps), axes=1)
-    grad = -ascent / (self.popsize * state.sigma)
-    updates, opt_state = self.optimizer.update(grad, state.opt_state,
-                                               state.mean)
-    sigma = jnp.maximum(state.sigma * self.sigma_decay,
-                        jnp.float32(self.sigma_min))
-    return ESState(state.mean + updates, sigma, opt_state,
-                   state.generation + 1)

@@ -31,17 +31,17 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.numerics import formats
-from jaxfp8._src.numerics.codes import as_float32
-from jaxfp8._src.numerics.codes import CodeArray
-from jaxfp8._src.numerics.codes import decode
-from jaxfp8._src.numerics.codes import device_array
-from jaxfp8._src.kernels import dispatch as kernels_dispatch
-from jaxfp8._src.numerics import rounding
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.fp8.scaling import amax
 from jaxfp8._src.fp8.scaling import CurrentScaling
 from jaxfp8._src.fp8.scaling import DelayedScaling
+from jaxfp8._src.kernels import dispatch as kernels_dispatch
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics.codes import as_float32
+from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.numerics.host import device_array
 
 DimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
                          tuple[Sequence[int], Sequence[int]]]

@@ -25,12 +25,12 @@ from typing import Any
 from flax import linen as nn
 from flax import nnx
 
-from jaxfp8._src.mx import formats as mx_formats
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.fp8.dot import fp8_dot_general
 from jaxfp8._src.fp8.dot import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.fp8.scaling import CurrentScaling
 from jaxfp8._src.fp8.scaling import DelayedScaling
+from jaxfp8._src.mx import formats as mx_formats
 
 
 # The three scaled tensors, in fp8_dot_general's argument order.

@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import CodeArray
 
 

@@ -2,15 +2,17 @@
 
 XLA has no float6 type, so a float6 array lives on device as a uint8 array of
 its bit patterns (low bits of each byte) wrapped in :class:`CodeArray`, a
-pytree whose static data is the format. ``decode`` turns such an array, or a
-native narrow array, back into a wide dtype exactly.
+pytree whose static data is the format. ``values_of_codes`` is the one
+decoder of codes into values; ``decode`` turns a CodeArray, or a native
+narrow array, back into a wide dtype exactly, and ``as_float32`` turns any
+value into float32 (narrow ones decoded, others through
+:mod:`jaxfp8._src.numerics.host`). How ``decode`` differentiates lives in
+:mod:`jaxfp8._src.numerics.decode_grad`.
 """
 from __future__ import annotations
 
 import functools
-
 from typing import Any, Iterator
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +20,10 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src import compat
+from jaxfp8._src.numerics import decode_grad
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics.host import device_array
+from jaxfp8._src.numerics.host import host_float32
 
 
 def _is_int(i: Any) -> bool:
@@ -112,7 +117,7 @@ class CodeArray:
     a dead source is dropped, never used.
     """
     obj = CodeArray(codes, self.format)
-    obj._source = _live(derive, self._source)
+    obj._source = decode_grad.live(derive, self._source)
     return obj
 
   def __reduce__(self):
@@ -255,64 +260,24 @@ def from_codes(codes: jax.Array, fmt: formats.FormatLike) -> Any:
   return table[codes.astype(jnp.int32) & _mask(fmt)].astype(fmt.dtype)
 
 
-# A narrow result's tangent must itself be narrow (JAX's rule), so a gradient
-# through it is rounded into the format, and a CodeArray's uint8 codes carry
-# none. So `cast` records, for traced results, the float32 array it rounded,
-# and `decode` of that result differentiates as the identity in it. Native
-# results are keyed by identity (a tracer takes no attributes) and forgotten
-# when they die; CodeArrays hold theirs in `_source`.
-_SOURCES: dict[int, tuple[weakref.ref, Any]] = {}
-
-
 def remember_source(out: Any, source: Any) -> Any:
-  """Marks ``out``, the cast of the float32 ``source``, for :func:`decode`."""
+  """Marks ``out``, the cast of the float32 ``source``, for :func:`decode`.
+
+  A CodeArray holds a traced source in ``_source``; a native array is
+  recorded by :func:`decode_grad.remember` (a tracer takes no attributes).
+  """
   if not isinstance(source, compat.Tracer):
     return out  # concrete: nothing will differentiate it
   if isinstance(out, CodeArray):
     out._source = source  # pylint: disable=protected-access
     return out
-  key, pop = id(out), _SOURCES.pop
-  try:
-    ref = weakref.ref(out, lambda _: pop(key, None))
-  except TypeError:  # an array type without weak references: no shortcut
-    return out
-  _SOURCES[key] = (ref, source)
-  return out
-
-
-def _live(fn: Any, source: Any) -> Any:
-  """``fn(source)``, or None when there is no source or its trace is over."""
-  if source is None:
-    return None
-  try:
-    return fn(source)
-  except jax.errors.UnexpectedTracerError:
-    return None
+  return decode_grad.remember(out, source)
 
 
 def _source_of(x: Any) -> Any:
   if isinstance(x, CodeArray):
     return x._source  # pylint: disable=protected-access
-  entry = _SOURCES.get(id(x))
-  return entry[1] if entry is not None and entry[0]() is x else None
-
-
-@jax.custom_jvp
-def straight_through(source, values):
-  """``values``, differentiated as the identity in ``source`` (0 in values).
-
-  The one straight-through rule: ``decode`` of a cast and MX ``dequantize``
-  of a quantize differentiate through it.
-  """
-  del source
-  return values
-
-
-@straight_through.defjvp
-def _straight_through_jvp(primals, tangents):
-  source, values = primals
-  return (straight_through(source, values),
-          tangents[0].astype(values.dtype))
+  return decode_grad.source_of(x)
 
 
 def _result_dtype(dtype: Any) -> np.dtype:
@@ -377,64 +342,10 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
     return decode(encode_numpy(x), dtype)
   else:
     values = jnp.asarray(x).astype(dtype)
-  out = _live(lambda s: straight_through(s, lax.stop_gradient(values)),
-              source)
+  out = decode_grad.live(
+      lambda s: decode_grad.straight_through(s, lax.stop_gradient(values)),
+      source)
   return values if out is None else out
-
-
-def _int_to_float32(n: int) -> np.float32:
-  """A Python int rounded once to float32 (to nearest, ties to even; beyond
-  float32's range, +-inf): ``float(n)`` would round twice above 2^53."""
-  m = abs(n)
-  shift = m.bit_length() - 24
-  if shift > 0:
-    q, r = divmod(m, 1 << shift)
-    half = 1 << (shift - 1)
-    if r > half or (r == half and q & 1):
-      q += 1
-    m = q << shift
-  if m.bit_length() > 128:  # at least 2^128: beyond float32's max
-    return np.float32(np.inf if n > 0 else -np.inf)
-  return np.float32(float(m) if n >= 0 else -float(m))
-
-
-def host_float32(x: Any) -> Any:
-  """``x`` with its integers converted to float32 on the host, rounding once.
-
-  With x64 off, ``jnp.asarray`` wraps 64-bit NumPy integers and large Python
-  ints through int32 (2^31 becomes -2^31); here they become the nearest
-  float32 instead (NumPy's int64 -> float32 conversion rounds once). Other
-  values (floats, jax arrays, narrow arrays) come back unchanged.
-
-  >>> host_float32(np.array([2**40, 2**31], np.int64))
-  array([1.0995116e+12, 2.1474836e+09], dtype=float32)
-  >>> float(host_float32(2**64 + 2**40 + 1))  # through float64: 2^64
-  1.8446746272732807e+19
-  """
-  if isinstance(x, (bool, np.bool_)):
-    return x
-  if isinstance(x, int):
-    return x if -2**31 <= x < 2**31 else _int_to_float32(x)
-  if (isinstance(x, (np.ndarray, np.generic))
-      and x.dtype.kind in "iu" and x.dtype.itemsize > 4):
-    return np.asarray(x).astype(np.float32)
-  return x
-
-
-def device_array(x: Any) -> jax.Array:
-  """``jnp.asarray(x)``, with NumPy values put on the device directly.
-
-  ``jnp.asarray`` of a NumPy array compiles a copy program for every new
-  shape (measured on JAX 0.10.2: one XLA compilation per shape);
-  ``jax.device_put`` copies without compiling and gives the same dtype
-  (float64 becomes float32 with x64 off), bits and weak type.
-
-  >>> device_array(np.array([1.5, -0.0])).dtype
-  dtype('float32')
-  """
-  if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "biuf":
-    return jax.device_put(x)
-  return jnp.asarray(x)
 
 
 def as_float32(x: Any) -> jax.Array:

@@ -34,8 +34,8 @@ from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
-from jaxfp8._src.numerics.codes import device_array
-from jaxfp8._src.numerics.codes import host_float32
+from jaxfp8._src.numerics.host import device_array
+from jaxfp8._src.numerics.host import host_float32
 
 Rounding = Literal["nearest", "stochastic", "down", "up", "toward_zero"]
 ROUNDINGS: tuple[str, ...] = ("nearest", "stochastic", "down", "up",
@@ -238,7 +238,7 @@ _ste = jax.custom_jvp(_ste, nondiff_argnums=(2, 3, 4, 5))
 def _ste_jvp(fmt_name, rounding, saturate, as_codes, primals, tangents):
   # The identity, as far as a narrow tangent can hold it: JAX wants the
   # tangent of a narrow result in its format, and uint8 codes take none.
-  # `decode` of the result differentiates around it, exactly (codes.py).
+  # `decode` of the result differentiates around it, exactly (decode_grad.py).
   x, rand = primals
   out = _ste(x, rand, fmt_name, rounding, saturate, as_codes)
   if as_codes or not formats.get(fmt_name).native:
@@ -304,8 +304,8 @@ def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
 
   Narrow arrays and CodeArrays are decoded exactly; other real arrays and
   scalars are converted, 64-bit and large Python integers on the host with
-  one rounding (:func:`jaxfp8._src.numerics.codes.host_float32`: no wrap through
-  int32 with x64 off). Errors name ``fn`` and ``arg``: TypeError for
+  one rounding (:func:`jaxfp8._src.numerics.host.host_float32`: no wrap
+  through int32 with x64 off). Errors name ``fn`` and ``arg``: TypeError for
   non-arrays and for object, string or complex arrays.
   """
   validate.check_array(x, arg, fn)

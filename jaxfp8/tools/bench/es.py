@@ -41,12 +41,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxfp8._src.numerics import cast as cast_lib
 from jaxfp8._src.es import population as es
+from jaxfp8._src.es.openai_es import OpenAIES
+from jaxfp8._src.numerics import cast as cast_lib
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import config
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
-from jaxfp8._src.random import config
 
 # Throughput of perturbations (exact, not antithetic) over float32-then-cast.
 _SPEED_TARGET = 3.0
@@ -80,7 +81,7 @@ def _memory_fn(case: str, pop: int, n: int, dtype: str):
     return jax.jit(lambda k: es.perturbations(k, pop, n, dtype,
                                               antithetic=False)), (key,)
   if case == "OpenAIES.ask":
-    strategy = es.OpenAIES(pop, optax.sgd(1.0), dtype=dtype)
+    strategy = OpenAIES(pop, optax.sgd(1.0), dtype=dtype)
     state = strategy.init(jnp.zeros(n))
     return jax.jit(strategy.ask), (key, state)
   mean = jnp.linspace(-1.0, 1.0, n)
