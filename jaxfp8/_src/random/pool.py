@@ -9,8 +9,8 @@ sum over the groups (:func:`exclusive_ranks`). The pass over every sample
 reads its byte through a window of pool words per quarter of a group
 (:func:`pooled_bytes`); the rare samples that need 16 bits more are
 compacted and read theirs directly (:func:`rare_bytes`). :func:`overflows`
-says when the pool can't serve a call. :mod:`exact_method` holds the trees,
-the pools' sizes and the sampler that uses these.
+says when the pool can't serve a call. :mod:`tree_plan` holds the trees and
+the pools' sizes, :mod:`exact_method` the sampler that uses these.
 """
 from __future__ import annotations
 
