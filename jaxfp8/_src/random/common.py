@@ -13,11 +13,11 @@ import jax
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.random import distributions
 
 
 def out_format(dtype: Any, fn: str) -> tuple[formats.Format | None, Any]:
