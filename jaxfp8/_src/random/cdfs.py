@@ -5,8 +5,9 @@ which names each law's functions here and checks its parameters): for every
 law with a closed-form or special-function CDF, ``<law>_cdf(x, *params)`` and
 ``<law>_sf(x, *params) = 1 - cdf``, for a scalar float64 ``x`` and parameters
 in jax.random's order, already checked against the law's domain; symmetric
-laws have only their CDF here (their SF is its mirror image). Medians that
-need more than a line (``<law>_median``) are here too.
+laws have only their CDF here (their SF is its mirror image). The medians
+that need a special function or care against overflow are here too
+(``<law>_median``).
 
 Each function is accurate in its own tail (the CDF on the left, the SF on the
 right), from accurate elementary functions (``math.erfc`` in the normal tails)
