@@ -13,7 +13,6 @@ of the table method. See ``docs/random.md``.
 >>> x.dtype
 dtype(float8_e4m3fn)
 """
-from jaxfp8._src.random.laws import rounded_law as rounded_law
 from jaxfp8._src.random.config import default_method as default_method
 from jaxfp8._src.random.config import get_default_method as get_default_method
 from jaxfp8._src.random.config import METHODS as METHODS
@@ -46,6 +45,7 @@ from jaxfp8._src.random.discrete import binomial as binomial
 from jaxfp8._src.random.discrete import categorical as categorical
 from jaxfp8._src.random.discrete import multinomial as multinomial
 from jaxfp8._src.random.discrete import rademacher as rademacher
+from jaxfp8._src.random.laws import rounded_law as rounded_law
 from jaxfp8._src.random.multivariate import ball as ball
 from jaxfp8._src.random.multivariate import dirichlet as dirichlet
 from jaxfp8._src.random.multivariate import multivariate_normal as multivariate_normal

@@ -17,12 +17,13 @@ import pytest
 from scipy import stats
 
 from jaxfp8 import formats
-from jaxfp8._src.random import distributions
-from jaxfp8._src.random import laws
 from jaxfp8._src.random import bits as bits_lib
+from jaxfp8._src.random import distributions
 from jaxfp8._src.random import exact_method as exact
+from jaxfp8._src.random import laws
 from jaxfp8._src.random import pool as pool_lib
 from jaxfp8._src.random import table_method
+from jaxfp8._src.random import tree_plan
 from stats import chi_square
 from stats import scipy_law
 
@@ -150,7 +151,7 @@ def test_the_plan_with_the_fewest_bits():
   assert 9.1 < exact.bits_per_sample("normal", e5m2, {}) <= 9.2
   # A tie goes to the lookup: a law dyadic at 8 bits is one byte either way.
   q = np.full(256, 1 << 24, np.int64)
-  assert exact.plan_for_masses(q, np.arange(256)).kind == "pure"
+  assert tree_plan.plan_for_masses(q, np.arange(256)).kind == "pure"
 
 
 @pytest.mark.parametrize("fmt", FORMATS[:5])
@@ -267,7 +268,7 @@ def test_ddg_tree_samples_the_masses_exactly(case, fmt):
   name, params, _ = case
   _, probs = laws.rounded_law(name, fmt, **params)
   q = laws.quantize(probs, 32)
-  plan = exact.plan_for_masses(q, formats.get(fmt).codes)
+  plan = tree_plan.plan_for_masses(q, formats.get(fmt).codes)
   np.testing.assert_array_equal(tree_law(plan, fmt), q)
   if plan.kind == "ddg":  # four levels at most, the last without deep entries
     assert len(plan.deep) == 4 and plan.deep[-1] == 0
@@ -432,7 +433,7 @@ def test_pool_sizes_hold_ten_sigmas(fmt, n_pad):
   for dist in ("normal", "laplace", "cauchy"):
     p = exact.plan(dist, fmt, ())
     assert p.kind == "ddg" and p.levels == 4
-    pool = exact._pool(p, n_pad)
+    pool = tree_plan.pool_for(p, n_pad)
     for f, size, unit in zip(p.fractions, pool[:2], (4, 2)):
       need = n_pad * f + 10 * np.sqrt(n_pad * f * (1 - f)) + 32
       assert size % unit == 0

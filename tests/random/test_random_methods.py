@@ -14,9 +14,10 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
-from jaxfp8._src.random import laws
 from jaxfp8._src.random import exact_method
+from jaxfp8._src.random import laws
 from jaxfp8._src.random import table_method
+from jaxfp8._src.random import tree_plan
 from stats import chi_square
 
 R = jaxfp8.random
@@ -90,21 +91,28 @@ def test_odd_shapes(shape):
 
 @pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float4_e2m1fn"])
 def test_overflowing_pools_keep_the_law(fmt):
-  """The fresh-bits branch (forced) samples the same law, and an overflowing
-  pool takes it: a call with pools far too small equals the forced one."""
+  """A call whose pool is far too small for its deep samples takes the
+  fresh-bits branch, and that branch samples the same law. Had the call used
+  its pool instead, every deep sample past the pool's few bytes would read
+  zeros, and the law test would fail. The fresh branch reads nothing of the
+  pool: any pool that overflows gives the same samples, and they differ from
+  the pooled call's."""
   f = formats.get(fmt)
   _, probs = laws.rounded_law("normal", f)
   p = exact_method.plan("normal", f.name, ())
   key = jax.random.key(5)
-  x = exact_method.sample_plan(key, p, (N,), f, force_fresh=True)
+  needed = tree_plan.pool_for(p, N)
+  small = tree_plan.Pool(n_bytes=128, slots=128)
+  assert small.n_bytes < needed.n_bytes and small.slots < needed.slots
+  x = exact_method.sample_plan(key, p, (N,), f, pool=small)
   assert_law(counts_of(x, f.name), probs)
-  pool = exact_method._pool(p, N)
-  small = exact_method.sample_plan(key, p, (N,), f, pool=pool._replace(
-      n_bytes=128, slots=128))
-  np.testing.assert_array_equal(counts_of(small, f.name),
-                                counts_of(x, f.name))
-  np.testing.assert_array_equal(np.asarray(small, np.float32),
+  smaller = exact_method.sample_plan(key, p, (N,), f,
+                                     pool=tree_plan.Pool(n_bytes=64, slots=64))
+  np.testing.assert_array_equal(np.asarray(smaller, np.float32),
                                 np.asarray(x, np.float32))
+  pooled = exact_method.sample_plan(key, p, (N,), f)
+  assert not np.array_equal(np.asarray(pooled, np.float32),
+                            np.asarray(x, np.float32))
 
 
 def test_bits_near_the_entropy():

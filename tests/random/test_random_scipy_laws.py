@@ -30,8 +30,8 @@ from scipy import stats
 import jaxfp8
 from jaxfp8 import formats
 from jaxfp8._src.random import distributions
-from jaxfp8._src.random import laws
 from jaxfp8._src.random import draw as draw_lib
+from jaxfp8._src.random import laws
 from jaxfp8._src.random import table_method
 from stats import chi_square
 from stats import scipy_law

@@ -23,8 +23,9 @@ import sys
 import warnings
 from typing import Literal
 
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import cdfs
+from jaxfp8._src.random import distributions
 
 # Share of weights rounding to zero / saturating above which we warn.
 ZERO_LIMIT = 0.5
@@ -98,8 +99,7 @@ class Law:
       return self.scale
     a, b = self.lower, self.upper
     pa, pb = math.exp(-a * a / 2), math.exp(-b * b / 2)
-    z = math.sqrt(2 * math.pi) * (distributions.ndtr(b)
-                                  - distributions.ndtr(a))
+    z = math.sqrt(2 * math.pi) * (cdfs.ndtr(b) - cdfs.ndtr(a))
     mean = (pa - pb) / z
     var = 1 + (a * pa - b * pb) / z - mean**2
     return self.scale * math.sqrt(max(var, 0.0))

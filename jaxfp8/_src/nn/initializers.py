@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax.nn import initializers as _jax
 
-from jaxfp8._src.numerics import formats
 from jaxfp8._src.nn import init_range
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.cast import cast
 

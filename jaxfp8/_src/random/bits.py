@@ -24,21 +24,17 @@ def words(key, n: int) -> jax.Array:
   keeping both of its output words: words ``2i`` and ``2i + 1`` are the hash
   of the 64-bit counter ``i`` (high word 0, low word ``i``), the counter
   ``jax.random.bits`` uses for its element ``i``. That scheme hashes once per
-  word (and returns the XOR of the pair), which measured about 2x the time
-  per word on CPU (0.8-1.0 ns against 1.8-1.9 ns at 2^20 words). The
-  counters are an iota and a word depends on its own counter only, so a
-  sharded draw computes only its own shard's words.
+  word (and returns the XOR of the pair): a hash per word where this spends
+  one per two. The counters are an iota and a word depends on its own
+  counter only, so a sharded draw computes only its own shard's words.
 
   Other keys draw ``jax.random.bits`` of an even count (one word more for odd
-  ``n``, then dropped): it costs 9x more per word at odd counts on CPU
-  (12.6 ns against 1.4 ns at 2^20 + 1 and 2^20 words). Their words pass an
-  optimization barrier: XLA CPU expands rbg's ``rng_bit_generator`` into
-  element-wise arithmetic and fused a copy of it into each consumer of the
-  words, so the DDG sampler computed its first bytes' 2^20 words three times
-  at 13-15 ms each; behind barriers here and in :func:`word_rows`, once.
-  bench random, 2026-12-02, two runs each way: exact normal under rbg keys
-  4.84-5.76x float32-then-cast against 2.67-3.37x, exact uniform 2.02-3.77x
-  against 1.04-1.55x.
+  ``n``, then dropped): odd counts cost many times more per word on CPU.
+  Their words pass an optimization barrier: XLA CPU expands rbg's
+  ``rng_bit_generator`` into element-wise arithmetic and fused a copy of it
+  into each consumer of the words, so the DDG sampler computed its first
+  bytes' words three times; behind barriers here and in :func:`word_rows`,
+  once.
   """
   if _is_threefry(key) and n < (1 << 32):
     m = -(-n // _THREEFRY_BLOCK) * _THREEFRY_BLOCK
@@ -57,10 +53,10 @@ def word_rows(key, rows: int, cols: int) -> jax.Array:
   + c`` (``r < rows / 2``) gives word ``(r, c)`` and its second output word
   ``(r + rows / 2, c)``. The hash is the written-out one
   (:func:`_threefry2x32`): its two outputs as two halves are one fused pass
-  that computes each hash twice, and that takes half the time of the
-  primitive's rolled loop and its copies (1.15 against 2.2 ms per 2^20
-  words, same run). Interleaved, XLA CPU wrote the primitive's words out once
-  per shape its consumers read them in (twice in the DDG sampler). The
+  that computes each hash twice, and that still runs faster than the
+  primitive's rolled loop and its copies. Interleaved, XLA CPU wrote the
+  primitive's words out once per shape its consumers read them in (twice in
+  the DDG sampler). The
   counters stay an iota, so a sharded draw computes only its own columns'
   words. Other keys (and odd ``rows``): :func:`words` reshaped.
 
@@ -151,7 +147,7 @@ def words_upto(key, count: jax.Array, capacity: int) -> jax.Array:
 
   Only :func:`words_computed` words are computed, :func:`part_words` at a
   time in a loop while ``count`` needs them (a second loop of 16-part steps
-  first compiled 0.13 s slower and measured no faster). So one compiled
+  compiled slower and ran no faster). So one compiled
   program serves every ``count`` up to ``capacity`` (a sampler's pool, sized
   per law), and the words drawn stay within a part of the count. For
   Threefry keys the words are those of ``words(key, count)``.
@@ -175,9 +171,8 @@ def words_upto(key, count: jax.Array, capacity: int) -> jax.Array:
 
 
 # Threefry draws are whole blocks of this many words (the rest dropped): the
-# hash over other lengths (odd halves above all) measured up to 3x slower per
-# word (12.2 ms against 3.6 ms for 1,398,102 words, 1,398,272 with the
-# padding, consumed by 10-bit table lookups).
+# hash over other lengths (odd halves above all) runs slower per word on XLA
+# CPU.
 _THREEFRY_BLOCK = 512
 
 
@@ -221,9 +216,9 @@ def packed(key, n: int, width: int) -> jax.Array:
 
   Widths 8 and 16 are the words' bytes or halves in memory order. Other
   widths are field-major: the first ``W`` draws are the low fields of the
-  ``W`` words, the next ``W`` their second fields, and so on (measured 20-30%
-  faster than word-major when a gather consumes them: 10-bit U[0, 1) in
-  float8_e4m3fn).
+  ``W`` words, the next ``W`` their second fields, and so on (faster than
+  word-major when a gather consumes them, as the 10-bit table of U[0, 1) in
+  float8_e4m3fn does).
   """
   per = per_word(width)
   if width == 16:

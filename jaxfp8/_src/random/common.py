@@ -13,20 +13,21 @@ import jax
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.random import distributions
 
 
 def out_format(dtype: Any, fn: str) -> tuple[formats.Format | None, Any]:
   """``(narrow format, None)``, or ``(None, dtype)`` for a wide float.
 
-  ``dtype`` is read by :func:`jaxfp8._src.numerics.formats.get_dtype`, so every name
-  and alias works: a narrow one (``"e4m3"``, ``jnp.float8_e5m2``) is sampled
-  here, a wide one (``"bf16"``, ``"f16"``, ``jnp.float32``, ``"f64"``) goes to
-  jax.random as that dtype, and None stays None (jax.random's default).
+  ``dtype`` is read by :func:`jaxfp8._src.numerics.formats.get_dtype`, so
+  every name and alias works: a narrow one (``"e4m3"``, ``jnp.float8_e5m2``)
+  is sampled here, a wide one (``"bf16"``, ``"f16"``, ``jnp.float32``,
+  ``"f64"``) goes to jax.random as that dtype, and None stays None
+  (jax.random's default).
 
   Raises:
     TypeError: for integer, boolean or other non-floating dtypes, naming

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8._src.numerics import codes as codes_lib
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.random import cast_method
 from jaxfp8._src.random import common
 from jaxfp8._src.random import config
+from jaxfp8._src.random import distributions
 from jaxfp8._src.random import exact_method
 from jaxfp8._src.random import table_method
 

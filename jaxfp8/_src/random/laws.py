@@ -25,8 +25,8 @@ import functools
 
 import numpy as np
 
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import distributions
 
 
 def boundaries(fmt: formats.FormatLike) -> np.ndarray:

@@ -9,8 +9,8 @@ sum over the groups (:func:`exclusive_ranks`). The pass over every sample
 reads its byte through a window of pool words per quarter of a group
 (:func:`pooled_bytes`); the rare samples that need 16 bits more are
 compacted and read theirs directly (:func:`rare_bytes`). :func:`overflows`
-says when the pool can't serve a call. :mod:`exact_method` holds the trees,
-the pools' sizes and the sampler that uses these.
+says when the pool can't serve a call. :mod:`tree_plan` holds the trees and
+the pools' sizes, :mod:`exact_method` the sampler that uses these.
 """
 from __future__ import annotations
 
@@ -44,15 +44,15 @@ def byte_masks(w: jax.Array, threshold, *, shifted: bool = False
   """For words ``w`` (shape ``(8, G)``), each group's mask of the samples
   whose first byte is at least ``threshold``: bit ``l`` is sample (row) ``l``
   of :func:`lanes` ``(w, 8)``. One elementwise pass over ``G``, reading the
-  bytes of the words (a reduction over the 32 rows of the lanes measured
-  1 ms per 2^21 samples, the most of any step in an ES population draw).
+  bytes of the words (a reduction over the 32 rows of the lanes was the
+  slowest step of an ES population draw).
 
   ``shifted`` tests each byte shifted down (``(w >> 8b) & 0xFF >= t``), not
   in place (``w & (0xFF << 8b) >= t << 8b``): the same masks, by an
   expression that shares nothing with the other's. Two masks of the same
   words, one of each form, are then two fused passes; two of one form
   shared their bytes, which XLA CPU kept as four arrays of 4 MB each at
-  2^22 samples (3 ms per call).
+  2^22 samples.
 
   >>> w = jnp.array([[0x000000FF, 7]] + [[0, 0]] * 7, jnp.uint32)
   >>> byte_masks(w, 8).tolist()  # lane 0 of group 0: byte 0 of word 0
@@ -83,10 +83,9 @@ def exclusive_ranks(word: jax.Array) -> jax.Array:
 
   The prefix sum is two-level: within blocks of up to 128 groups, a product
   with a triangular matrix (float32, exact: the sums are at most 4,096), and
-  over the blocks a ``jnp.cumsum``. ``lax.associative_scan`` ran 15% faster
-  (0.34 against 0.40 ms for 2^17 groups) but its program compiled in 0.49 s
-  against 0.10 s; ``jnp.cumsum`` alone (a ``reduce_window`` on XLA CPU) ran
-  0.54 ms.
+  over the blocks a ``jnp.cumsum``. ``lax.associative_scan`` ran a little
+  faster but its program compiled several times slower; ``jnp.cumsum`` alone
+  (a ``reduce_window`` on XLA CPU) ran slower than either.
 
   >>> exclusive_ranks(jnp.array([3, 0, 7], jnp.uint32)).tolist()
   [0, 2, 2]
@@ -123,8 +122,8 @@ def select(rows: list[jax.Array], index: jax.Array) -> jax.Array:
 def windows(pool: jax.Array, start: jax.Array, size: int) -> jax.Array:
   """``pool[start + i]`` for ``i < size``, shape ``start.shape + (size,)``:
   one gather of ``size``-word slices (XLA CPU's gather loop then runs once
-  per window, not once per word: 3x fewer iterations for the level-2
-  windows); starts are clamped to the pool."""
+  per window, not once per word: a third of the iterations for the level-2
+  windows of 3 words); starts are clamped to the pool."""
   index = start.reshape(-1, 1)
   dims = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(),
                                     start_index_map=(0,))
@@ -175,11 +174,12 @@ def nth_set_bit(m: jax.Array, t: jax.Array) -> jax.Array:
 
 def rare_bytes(w, pool, rare_start, m1, m3, b1, b3, *, slots: int):
   """The rare samples (level-1 byte at least
-  :attr:`exact_method.TreePlan.rare_byte`: those that may read level 3), compacted: for slot ``j < slots``, the flat
-  position (``lane * G + group``) of the rare sample of rank ``j``, its
-  first byte, its level-2 pool byte and the 16 bits of rare slot ``j``
-  (pool word ``rare_start + j // 2``), all int32. Slots past the call's rare
-  samples get position ``32 * G`` (out of bounds).
+  :attr:`tree_plan.TreePlan.rare_byte`: those that may read level 3),
+  compacted: for slot ``j < slots``, the flat position (``lane * G +
+  group``) of the rare sample of rank ``j``, its first byte, its level-2
+  pool byte and the 16 bits of rare slot ``j`` (pool word ``rare_start +
+  j // 2``), all int32. Slots past the call's rare samples get position
+  ``32 * G`` (out of bounds).
 
   Only ``slots`` samples (1/256 of them for normal in float8_e4m3fn) do the
   deep levels' work: the pass over every sample descends two levels."""
@@ -188,8 +188,8 @@ def rare_bytes(w, pool, rare_start, m1, m3, b1, b3, *, slots: int):
   j = jnp.arange(slots, dtype=jnp.int32)
   # Slot j's group: each group with rare samples marks its first slot, and
   # a running maximum carries the mark over the group's other slots (a
-  # scatter of G entries: a binary search, 17 gathers of every slot, took
-  # 1.4 ms against 0.4 at 2^22 samples).
+  # scatter of G entries: a binary search, 17 gathers of every slot, ran
+  # slower).
   first = jnp.where(inclusive > b3, b3, slots)
   g = lax.cummax(jnp.zeros(slots, jnp.int32).at[first].set(
       jnp.arange(groups, dtype=jnp.int32), mode="drop"))

@@ -9,8 +9,8 @@ probability is off by less than ``2^-k``, and values whose probability is
 below about ``2^-(k+1)`` may never appear. Use ``exact`` when the tails
 matter.
 
-The table's law is drawn exactly by the plan of :mod:`exact_method` that
-takes the fewest random bits: a lookup of ``k`` bits when ``k <= 8`` (or when
+The table's law is drawn exactly by the plan of :mod:`tree_plan` that takes
+the fewest random bits: a lookup of ``k`` bits when ``k <= 8`` (or when
 the law is dyadic that coarsely), else the DDG tree of the table's masses
 (two levels: 9.9 bits per sample for normal in float8_e4m3fn at ``k = 16``,
 fewer than the exact method's 9.97; a 16-bit lookup took 16).
@@ -22,9 +22,10 @@ import functools
 import numpy as np
 
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.random import laws
 from jaxfp8._src.random import common
 from jaxfp8._src.random import exact_method
+from jaxfp8._src.random import laws
+from jaxfp8._src.random import tree_plan
 
 DEFAULT_BITS = 16
 
@@ -66,22 +67,22 @@ def table_law(dist: str, fmt: formats.FormatLike, *, table_bits: int = 16,
 @functools.lru_cache(maxsize=256)
 def sampling_plan(dist: str, fmt_name: str,
                   params: tuple[tuple[str, float], ...], table_bits: int
-                  ) -> exact_method.TreePlan:
+                  ) -> tree_plan.TreePlan:
   """How the table's law is drawn: the exact plan of its masses (multiples of
-  ``2^-table_bits``) in the fewest bits (:func:`exact_method.plan_for_masses`).
+  ``2^-table_bits``) in the fewest bits (:func:`tree_plan.plan_for_masses`).
   """
   fmt = formats.get(fmt_name)
   _, probs = table_law(dist, fmt, table_bits=table_bits, **dict(params))
   q = np.round(probs * 2.0**32).astype(np.int64)
-  return exact_method.plan_for_masses(q, common.codes_table(fmt))
+  return tree_plan.plan_for_masses(q, common.codes_table(fmt))
 
 
 def bits_per_sample(dist: str, fmt: formats.Format, params: dict,
                     table_bits: int = DEFAULT_BITS,
-                    n: int = exact_method.REFERENCE_N) -> float:
+                    n: int = tree_plan.REFERENCE_N) -> float:
   """Random bits spent per sample by a call of ``n`` samples (2^22 unless
   given), counting every word drawn."""
-  return exact_method.plan_bits(sampling_plan(
+  return tree_plan.plan_bits(sampling_plan(
       dist, fmt.name, tuple(sorted(params.items())), table_bits), n)
 
 

@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8._src.numerics import formats
-from jaxfp8.tools import timing
-from jaxfp8.tools.options import int_at_least
 from jaxfp8._src.random import continuous as samplers
 from jaxfp8._src.random import exact_method
 from jaxfp8._src.random import table_method
+from jaxfp8.tools import timing
+from jaxfp8.tools.options import int_at_least
 
 # name -> (jax.random call with a dtype, jaxfp8.random call with a method)
 _DISTS: dict[str, tuple[Callable, Callable]] = {

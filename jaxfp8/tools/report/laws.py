@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from jaxfp8._src.random import distributions
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.random import distributions
 from jaxfp8._src.random import laws
 from jaxfp8.tools.report import worker as report_worker
 
