@@ -105,24 +105,6 @@ def test_packed_bit_layouts():
     np.testing.assert_array_equal(mx_pack.unpack(packed, bits), codes)
 
 
-@pytest.mark.parametrize("runs", [True, False])
-@pytest.mark.parametrize("n", [4, 8, 12, 16, 20, 32, 48, 96, 100])
-def test_6bit_packing_is_the_little_endian_bit_stream(n, runs, monkeypatch):
-  """Each row's codes c_i as the integer sum c_i << 6i, in n * 3 / 4 bytes
-  little-endian: whole sets of four groups and the groups left over, written
-  and read either way ``compat.MX_PACK_6BIT_AS_RUNS`` and
-  ``MX_UNPACK_6BIT_FROM_WORDS`` pick (per JAX version)."""
-  from jaxfp8._src.mx import pack as mx_pack  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(compat, "MX_PACK_6BIT_AS_RUNS", runs)
-  monkeypatch.setattr(compat, "MX_UNPACK_6BIT_FROM_WORDS", runs)
-  codes = np.random.default_rng(n).integers(0, 64, (2, n)).astype(np.uint8)
-  want = [list(sum(int(c) << (6 * i) for i, c in enumerate(row)).to_bytes(
-      n * 3 // 4, "little")) for row in codes]
-  got = jax.jit(mx_pack.pack, static_argnums=1)(codes, 6)
-  np.testing.assert_array_equal(got, np.array(want, np.uint8))
-  np.testing.assert_array_equal(mx_pack.unpack(got, 6), codes)
-
-
 def test_fp4_element_zero_in_low_nibble():
   x = np.zeros(32, np.float32)
   x[0], x[1] = 6.0, 0.5  # scale 1: codes 0x7 and 0x1

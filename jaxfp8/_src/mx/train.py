@@ -38,7 +38,7 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import quantize as mx_quantize
+from jaxfp8._src.mx import scales as scales_lib
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics.codes import device_array
 from jaxfp8._src.numerics import validate
@@ -89,7 +89,7 @@ class MXRecipe:
     fn = "MXRecipe"
     for g in _GEMMS:
       object.__setattr__(self, g, _check_fmt(getattr(self, g), g, fn))
-    validate.check_choice(self.scale_mode, mx_quantize.SCALE_MODES,
+    validate.check_choice(self.scale_mode, scales_lib.SCALE_MODES,
                           "scale_mode", fn)
     bs = self.block_size
     if bs is not None and (isinstance(bs, bool) or not isinstance(
