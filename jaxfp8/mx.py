@@ -14,11 +14,11 @@ from jaxfp8._src.mx.matmul import to_scaled as to_scaled
 from jaxfp8._src.mx.formats import get_format as get_format
 from jaxfp8._src.mx.formats import MX_FORMATS as MX_FORMATS
 from jaxfp8._src.mx.formats import MXFormat as MXFormat
+from jaxfp8._src.mx.recipes import get_recipe as get_recipe
+from jaxfp8._src.mx.recipes import MXRecipe as MXRecipe
 from jaxfp8._src.mx.scales import SCALE_MODES as SCALE_MODES
 from jaxfp8._src.mx.train import dot_general as dot_general
 from jaxfp8._src.mx.train import fake_quantize as fake_quantize
-from jaxfp8._src.mx.train import get_recipe as get_recipe
-from jaxfp8._src.mx.train import MXRecipe as MXRecipe
 
 # Defined in jaxfp8._src.mx.flax_modules, which imports Flax: loaded on first use.
 _FLAX_NAMES = (

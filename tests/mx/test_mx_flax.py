@@ -15,7 +15,7 @@ import pytest
 
 from jaxfp8 import mx
 from jaxfp8._src import compat
-from jaxfp8._src.mx import train as mx_train
+from jaxfp8._src.mx import gemm as mx_gemm
 
 
 class MLP(nn.Module):
@@ -56,7 +56,7 @@ def test_linen_step_rules_choose_the_mx_gemms():
   rules = [("head", None), ("mid", "mxfp8_hp_wgrad"), (".*", "mxfp8")]
   opt, step = _linen_train_step(model, rules, x, y)
   state = opt.init(params)
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     params2, _, l0, _ = step(params, state)
   ran = {(gemm, fmt, lhs, rhs) for gemm, fmt, lhs, rhs in log}
   assert ran == {
@@ -78,7 +78,7 @@ def test_linen_dot_general_cls():
       mx.MXDotGeneral, recipe="mxfp4"))
   x, _ = _data()
   params = model.init(jax.random.key(0), x)
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     g = jax.grad(lambda p: model.apply(p, x).sum())(params)
   assert [e[:2] for e in log] == [("fwd", "mxfp4_e2m1"),
                                   ("dgrad", "mxfp4_e2m1"),
@@ -112,7 +112,7 @@ def test_nnx_step_graph_surgery():
     optimizer.update(model, g)
     return l
 
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     l0 = step(model, optimizer)
   assert sorted({e[:3] for e in log}) == sorted({
       ("fwd", "mxfp8_e4m3", (16, 32)), ("dgrad", "mxfp8_e4m3", (16, 64)),
@@ -137,7 +137,7 @@ def test_linen_einsum_step_through_the_conversion():
                                  x, y)
   state = opt.init(params)
 
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     params2, _, l0, g = step(params, state)
   # jnp.einsum contracts (kernel, inputs): the MX GEMMs are the einsum's
   assert sorted({e[:2] for e in log}) == [("dgrad", "mxfp8_e4m3"),
@@ -205,12 +205,12 @@ def test_serving_straight_from_the_packed_tree():
     assert sum(k.nbytes for k in kernels) == per_weight * sum(
         k.size for k in kernels)
     plain = mx.dequantize_params(packed)
-    with mx_train.trace_gemms() as log:
+    with mx_gemm.trace_gemms() as log:
       only = jax.jit(lambda p: _served(model, p, x, [(".*", None)]))(packed)
     assert [e[:2] for e in log] == [("serve", None)] * 3
     np.testing.assert_allclose(only, model.apply(plain, x), rtol=1e-5,
                                atol=1e-6)
-    with mx_train.trace_gemms() as log:
+    with mx_gemm.trace_gemms() as log:
       dyn = jax.jit(lambda p: _served(model, p, x, fmt))(packed)
     assert [e[:2] for e in log] == [("serve", fmt)] * 3
     np.testing.assert_allclose(dyn, _dyn_on(model, plain, x, fmt),
@@ -221,7 +221,7 @@ def test_serving_straight_from_the_packed_tree():
   served = mx.nnx_mx(nnx.merge(graphdef, mx.quantize_params(
       state, "mxfp8_e4m3")), [(".*", None)])
   assert isinstance(served.head.kernel.get_value(), mx.MXArray)
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     out = nnx.jit(lambda mod: mod(x))(served)
   # Einsum's kernel is dequantized (jnp.einsum takes arrays): a plain GEMM
   assert [e[:2] for e in log] == [("serve", None), ("fwd", None),
@@ -257,7 +257,7 @@ def test_serving_from_packed_weights():
   rel = float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref))
   assert 0 < rel < 0.3
   # dynamic MX activations on top: the activations quantized too
-  with mx_train.trace_gemms() as log:
+  with mx_gemm.trace_gemms() as log:
     out2 = jax.jit(lambda p, x: _dyn(model, p, x))(packed, x)
   assert [e[:2] for e in log] == [("fwd", "mxfp8_e4m3")] * 3
   assert float(jnp.linalg.norm(out2 - out) / jnp.linalg.norm(out)) < 0.1

@@ -42,16 +42,17 @@ import jax.numpy as jnp
 
 from jaxfp8._src import compat
 from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx import recipes
 from jaxfp8._src.mx import train as mx_train
 
 # A packed kernel under a rule of None (or none): the activations as given.
-_WEIGHT_ONLY = mx_train.MXRecipe(fwd=None, dgrad=None, wgrad=None)
+_WEIGHT_ONLY = recipes.MXRecipe(fwd=None, dgrad=None, wgrad=None)
 
 
 def _check_rules(rules: Any, fn: str) -> list[tuple[re.Pattern, Any]]:
   if rules is None:
     rules = [(".*", "mxfp8")]
-  if isinstance(rules, (str, mx_train.MXRecipe)):
+  if isinstance(rules, (str, recipes.MXRecipe)):
     rules = [(".*", rules)]
   out = []
   for rule in rules:
@@ -60,7 +61,7 @@ def _check_rules(rules: Any, fn: str) -> list[tuple[re.Pattern, Any]]:
     except (TypeError, ValueError) as e:
       raise ValueError(f"`rules` argument to `{fn}` must be (regex, recipe) "
                        f"pairs, got {rule!r}") from e
-    recipe = None if recipe is None else mx_train.get_recipe(recipe)
+    recipe = None if recipe is None else recipes.get_recipe(recipe)
     out.append((re.compile(pattern), recipe))
   return out
 
@@ -83,14 +84,14 @@ class MXDotGeneral(nn.Module):
   stream (``model.apply(..., rngs={"mx": key})``).
 
   Attributes:
-    recipe: an :class:`~jaxfp8._src.mx.train.MXRecipe` or its string form.
+    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or its string form.
   """
   recipe: Any = "mxfp8"
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):
-    recipe = mx_train.get_recipe(self.recipe)
+    recipe = recipes.get_recipe(self.recipe)
     key = self.make_rng("mx") if recipe.stochastic_grad else None
     return mx_train.dot_general(lhs, rhs, dimension_numbers, precision,
                                 preferred_element_type, recipe=recipe,
@@ -244,12 +245,12 @@ class NnxMXDotGeneral:
   step: use :class:`NnxStochasticMXDotGeneral` for those.
 
   Attributes:
-    recipe: an :class:`~jaxfp8._src.mx.train.MXRecipe` or its string form.
+    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or its string form.
   """
   recipe: Any = "mxfp8"
 
   def __post_init__(self):
-    recipe = mx_train.get_recipe(self.recipe)
+    recipe = recipes.get_recipe(self.recipe)
     if recipe.stochastic_grad:
       raise ValueError("`NnxMXDotGeneral` can't hold the per-step key that a "
                        "stochastic_grad recipe needs; use "
@@ -273,7 +274,7 @@ class NnxStochasticMXDotGeneral(nnx.Module):
   ``nnx.jit`` carries between steps).
 
   Args:
-    recipe: an :class:`~jaxfp8._src.mx.train.MXRecipe` or its string form
+    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or its string form
       (usually with ``stochastic_grad=True``).
     rngs: an ``nnx.Rngs`` (shared with the model, or its own).
 
@@ -288,7 +289,7 @@ class NnxStochasticMXDotGeneral(nnx.Module):
     if not isinstance(rngs, nnx.Rngs):
       raise TypeError(f"`rngs` argument to `NnxStochasticMXDotGeneral` must "
                       f"be an nnx.Rngs, got {type(rngs).__name__}")
-    self.recipe = mx_train.get_recipe(recipe)
+    self.recipe = recipes.get_recipe(recipe)
     self.rngs = rngs
 
   def next_key(self) -> jax.Array | None:
