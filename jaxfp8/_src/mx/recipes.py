@@ -1,13 +1,23 @@
-"""MX training recipes: which MX format each GEMM of a step uses.
+"""MX training recipes: which MX format each GEMM of a step uses, and which
+recipe each layer of a model gets.
 
 :class:`MXRecipe` chooses the formats of the three GEMMs of a training step
 (forward, input gradient, weight gradient; None is high precision), the
 scale mode, the block size and stochastic rounding of the output gradient;
 :func:`get_recipe` reads one from a preset or a jmp-style string.
+
+Rules say which layers of a model train in MX, and with which recipe
+(:func:`check_rules`, :func:`layer_recipe`): ``(regex, recipe)`` pairs,
+matched in order with ``re.search`` against the module path joined by ``/``
+(``"Dense_0"``, ``"block/attn"``); the first match decides, a recipe of None
+leaves the layer in high precision, and a path no rule matches stays as it
+is. The Flax integrations (:mod:`jaxfp8._src.mx.linen`,
+:mod:`jaxfp8._src.mx.nnx`) apply them.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -130,3 +140,57 @@ def get_recipe(recipe: Any = "mxfp8") -> MXRecipe:
     kwargs[name] = value
   return MXRecipe(**kwargs)
 
+
+# -- rules: which recipe each layer gets ---------------------------------------
+
+# A packed kernel under a rule of None (or none): the activations as given.
+_WEIGHT_ONLY = MXRecipe(fwd=None, dgrad=None, wgrad=None)
+
+
+def check_rules(rules: Any, *, fn: str) -> list[tuple[re.Pattern, Any]]:
+  """Rules as compiled ``(pattern, MXRecipe or None)`` pairs.
+
+  Args:
+    rules: ``(regex, recipe)`` pairs (see the module docstring), one recipe
+      (an :class:`MXRecipe` or a string) for every layer, or None for
+      ``"mxfp8"`` everywhere.
+    fn: the public function, for error messages.
+
+  Raises:
+    ValueError: for an entry that is not a pair, or a bad recipe.
+  """
+  if rules is None:
+    rules = [(".*", "mxfp8")]
+  if isinstance(rules, (str, MXRecipe)):
+    rules = [(".*", rules)]
+  out = []
+  for rule in rules:
+    try:
+      pattern, recipe = rule
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"`rules` argument to `{fn}` must be (regex, recipe) "
+                       f"pairs, got {rule!r}") from e
+    recipe = None if recipe is None else get_recipe(recipe)
+    out.append((re.compile(pattern), recipe))
+  return out
+
+
+def layer_recipe(rules: list[tuple[re.Pattern, Any]], path: str, *,
+                 packed: bool) -> MXRecipe | None:
+  """The recipe of the layer at ``path``, or None to leave it as it is.
+
+  Args:
+    rules: from :func:`check_rules`.
+    path: the layer's module path, joined by ``/``.
+    packed: whether the layer's kernel is packed (an MXArray): under a rule
+      of None, or no rule, it still multiplies as packed, with the
+      activations as given (weight-only).
+  """
+  for pattern, recipe in rules:
+    if pattern.search(path):
+      break
+  else:
+    recipe = None
+  if recipe is None and packed:
+    return _WEIGHT_ONLY
+  return recipe
