@@ -14,29 +14,33 @@ from jaxfp8._src.mx.matmul import to_scaled as to_scaled
 from jaxfp8._src.mx.formats import get_format as get_format
 from jaxfp8._src.mx.formats import MX_FORMATS as MX_FORMATS
 from jaxfp8._src.mx.formats import MXFormat as MXFormat
-from jaxfp8._src.mx.quantize import SCALE_MODES as SCALE_MODES
+from jaxfp8._src.mx.recipes import get_recipe as get_recipe
+from jaxfp8._src.mx.recipes import MXRecipe as MXRecipe
+from jaxfp8._src.mx.scales import SCALE_MODES as SCALE_MODES
+from jaxfp8._src.mx.serving import dequantize_params as dequantize_params
+from jaxfp8._src.mx.serving import packed_bytes as packed_bytes
+from jaxfp8._src.mx.serving import quantize_params as quantize_params
 from jaxfp8._src.mx.train import dot_general as dot_general
 from jaxfp8._src.mx.train import fake_quantize as fake_quantize
-from jaxfp8._src.mx.train import get_recipe as get_recipe
-from jaxfp8._src.mx.train import MXRecipe as MXRecipe
 
-# Defined in jaxfp8._src.mx.flax_modules, which imports Flax: loaded on first use.
-_FLAX_NAMES = (
-    "MXDotGeneral", "NnxMXDotGeneral", "NnxStochasticMXDotGeneral",
-    "dequantize_params", "linen_mx", "nnx_mx", "packed_bytes",
-    "quantize_params",
-)
+# Defined in jaxfp8._src.mx.linen and jaxfp8._src.mx.nnx, which import Flax:
+# loaded on first use.
+_LINEN_NAMES = ("MXDotGeneral", "linen_mx")
+_NNX_NAMES = ("NnxMXDotGeneral", "NnxStochasticMXDotGeneral", "nnx_mx")
 
 
 def __getattr__(name: str):
-  if name in _FLAX_NAMES:
-    from jaxfp8._src.mx import flax_modules as mx_flax  # pylint: disable=g-import-not-at-top
-    return getattr(mx_flax, name)
+  if name in _LINEN_NAMES:
+    from jaxfp8._src.mx import linen as mx_linen  # pylint: disable=g-import-not-at-top
+    return getattr(mx_linen, name)
+  if name in _NNX_NAMES:
+    from jaxfp8._src.mx import nnx as mx_nnx  # pylint: disable=g-import-not-at-top
+    return getattr(mx_nnx, name)
   raise AttributeError(f"module 'jaxfp8.mx' has no attribute {name!r}")
 
 
 def __dir__():
-  return sorted({*globals(), *_FLAX_NAMES})
+  return sorted({*globals(), *_LINEN_NAMES, *_NNX_NAMES})
 
 
 __all__ = [

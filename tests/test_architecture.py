@@ -21,7 +21,7 @@ MAX_LINES = 600
 # Modules that may import a framework (each integrates jaxfp8 with one).
 INTEGRATIONS = {
     "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8.flax_modules",
-    "jaxfp8._src.install.api", "jaxfp8._src.mx.flax_modules",
+    "jaxfp8._src.install.api", "jaxfp8._src.mx.linen", "jaxfp8._src.mx.nnx",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
 

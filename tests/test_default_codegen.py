@@ -26,7 +26,8 @@ SELECTIONS = {
     "cast": ["tests/numerics/test_cast.py", "-k",
              "corner_values or integer_path or ml_dtypes or decode_inverts"
              " or hypothesis_inputs or never_nan or wide_16_bit"],
-    "mx": ["tests/mx/test_mx.py", "-k", "not bit_exact_against_float64_reference",
+    "mx": ["tests/mx/test_mx_quantize.py", "tests/mx/test_mx_tuning.py", "-k",
+           "not bit_exact_against_float64_reference",
            "tests/numerics/test_formats.py"],
 }
 

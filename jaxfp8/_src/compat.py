@@ -37,22 +37,6 @@ except AttributeError:  # pragma: no cover - a JAX that dropped it
   from jax._src.core import Tracer  # pylint: disable=g-import-not-at-top
 
 
-# How MX conversion (mx_quantize, mx_pack) is written for XLA CPU, which
-# vectorizes other forms in jaxlib 0.10 and 0.11 (ms at 4096 x 4096, each
-# pair one run): 6-bit codes packed to a word per group inside the quantize
-# branch (0.10 9.0 against 19.7 in one loop after it; 0.11 17.6 against
-# 11.9); the words to bytes as runs of 8 + 4 bytes per four groups, not cut
-# out of each word (0.10 2.8 against 5.6; 0.11 quantize 46.1 against 28.2);
-# unpacking from the three words of four groups, not a zero byte appended
-# per group (0.11 dequantize 1.71x against 2.12x the upcast; 0.10 31.9
-# against 28.5); blocks of 16 as the maximum of their two rows of 8, then a
-# reduce over 8, not one reduce (0.11 8.2 against 28.0; 0.10 7.1 against 4.6).
-MX_PACK_6BIT_IN_BRANCH = JAX_VERSION[:2] < (0, 11)
-MX_PACK_6BIT_AS_RUNS = JAX_VERSION[:2] < (0, 11)
-MX_UNPACK_6BIT_FROM_WORDS = JAX_VERSION[:2] >= (0, 11)
-MX_MAX_OF_ROW_PAIRS = JAX_VERSION[:2] >= (0, 11)
-
-
 # ---------------------------------------------------------------------------
 # MLIR constant handlers.
 

@@ -19,14 +19,16 @@ import numpy as np
 from jaxfp8._src.numerics import codes as codes_lib
 from jaxfp8._src import compat
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import pack as mx_pack
 from jaxfp8._src.mx import quantize as mx_quantize
+from jaxfp8._src.mx import scales as scales_lib
 from jaxfp8._src.mx import view as mx_view
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.mx.formats import MXFormat
-from jaxfp8._src.mx.quantize import ScaleMode
+from jaxfp8._src.mx.scales import ScaleMode
 
 
 # -- the array type ------------------------------------------------------------
@@ -317,8 +319,9 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
   """
   fn = "quantize"
   mx = get_format(fmt, fn=fn)
-  validate.check_choice(scale_mode, mx_quantize.SCALE_MODES, "scale_mode", fn)
-  validate.check_choice(rounding, mx_quantize.ROUNDINGS, "rounding", fn)
+  validate.check_choice(scale_mode, scales_lib.SCALE_MODES, "scale_mode",
+                        fn)
+  validate.check_choice(rounding, elements_lib.ROUNDINGS, "rounding", fn)
   x32 = rounding_lib.to_float32(x, fn=fn)
   axis = check_axis(axis, x32.ndim, fn=fn)
   block_size = _check_block_size(block_size, mx, fn)
@@ -356,9 +359,9 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
   Args:
     a: the :class:`MXArray`.
     dtype: a floating dtype or format name the installed JAX holds, read
-      as :func:`jaxfp8._src.numerics.formats.get_dtype` reads it, so every registry
-      alias works (``"bf16"``, ``"f16"``, ``"e4m3"``): float32 by default or
-      for None; float64 where x64 is on; bfloat16, float16 and float8
+      as :func:`jaxfp8._src.numerics.formats.get_dtype` reads it, so every
+      registry alias works (``"bf16"``, ``"f16"``, ``"e4m3"``): float32 by
+      default or for None; float64 where x64 is on; bfloat16, float16 and float8
       types, rounded from float32 by XLA's conversion; float4 (and float6
       where the installed JAX holds it) to nearest even, saturating.
 

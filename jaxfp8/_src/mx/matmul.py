@@ -27,8 +27,8 @@ import numpy as np
 from jaxfp8._src import compat
 from jaxfp8._src.numerics.codes import device_array
 from jaxfp8._src.mx import array as _mx
+from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import pack as mx_pack
-from jaxfp8._src.mx import quantize as mx_quantize
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.mx.formats import get_format
 
@@ -39,7 +39,7 @@ def _native_elements(data, fmt_name: str, axis: int):
   if fmt.bits == 8:
     return data
   codes = mx_pack.unpack(jnp.moveaxis(data, axis, -1), fmt.bits)
-  values = mx_quantize.element_values(codes, fmt)
+  values = elements_lib.element_values(codes, fmt)
   return jnp.moveaxis(values.astype(fmt.dtype), -1, axis)
 
 
@@ -134,7 +134,7 @@ def from_scaled(elements: Any, scales: Any, fmt: Any, *, axis: int = -1,
     raise TypeError(f"`elements` argument to `{fn}` must be {mx.dtype} for "
                     f"{mx.name}, got {elements.dtype}")
   if mx.bits < 8:
-    codes = mx_quantize.element_codes(
+    codes = elements_lib.element_codes(
         lax.bitcast_convert_type(jnp.moveaxis(elements, ax, -1).astype(
             jnp.float32), jnp.uint32), mx, rounding="nearest")
     elements = jnp.moveaxis(mx_pack.pack(codes, mx.bits), -1, ax)

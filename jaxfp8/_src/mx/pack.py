@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxfp8._src import compat
+from jaxfp8._src.mx import tuning
 
 _U8 = jnp.uint8
 
@@ -77,14 +77,14 @@ def pack_bytes(groups: jax.Array, bits: int) -> jax.Array:
     g = groups.reshape(*groups.shape[:-1], groups.shape[-1] // 2, 2)
     w = lax.bitcast_convert_type(g, jnp.uint16)  # c0 | c1 << 8
     return ((w & 0xF) | ((w >> 4) & 0xF0)).astype(_U8)
-  if groups.shape[-1] % 4 or not compat.MX_PACK_6BIT_AS_RUNS:
+  if groups.shape[-1] % 4 or not tuning.PACK_6BIT_AS_RUNS:
     out = lax.bitcast_convert_type(groups, _U8)[..., :3]
     return merge_last(out)
   # Four groups (24 bits each) are 12 bytes: two words spliced from the first
   # three groups, then one from the last two. Written as 8 + 4 bytes, XLA on
   # CPU (jaxlib 0.10) copies them into place in runs; cutting the 3 low bytes
-  # out of each group's word costs it index arithmetic per byte, twice the
-  # time.
+  # out of each group's word costs it index arithmetic per byte (see
+  # `tuning.PACK_6BIT_AS_RUNS`).
   g = groups.reshape(*groups.shape[:-1], groups.shape[-1] // 4, 4)
   w0, w1, w2, w3 = (g[..., i] for i in range(4))
   head = jnp.stack([w0 | (w1 << 24), (w1 >> 8) | (w2 << 16)], axis=-1)
@@ -104,7 +104,7 @@ def unpack(data: jax.Array, bits: int) -> jax.Array:
     w = (d & 0xF) | ((d & 0xF0) << 4)
     out = lax.bitcast_convert_type(w, _U8)
     return merge_last(out)
-  if data.shape[-1] % 12 or not compat.MX_UNPACK_6BIT_FROM_WORDS:
+  if data.shape[-1] % 12 or not tuning.UNPACK_6BIT_FROM_WORDS:
     g = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3)
     g = jnp.concatenate([g, jnp.zeros(g.shape[:-1] + (1,), _U8)], axis=-1)
     v = lax.bitcast_convert_type(g, jnp.uint32)

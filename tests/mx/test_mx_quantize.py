@@ -1,8 +1,6 @@
 """jaxfp8.mx: bit-exact against a float64 NumPy reference, at every edge."""
 from __future__ import annotations
 
-import math
-
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -10,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-import jaxfp8
 from jaxfp8 import mx
+from jaxfp8._src.mx import scales
+from mx_testing import assert_same_bits
 
 MX_FORMATS = list(mx.MX_FORMATS)
 SCALE_MODES = list(mx.SCALE_MODES)
@@ -132,17 +131,6 @@ def reference_nvfp4(x: np.ndarray, fmt: mx.MXFormat, mode: str):
     codes.append(scodes[i])
     out.append(val)
   return np.array(codes, np.uint8), np.float32(2.0**j), _to_float32(out)
-
-
-def assert_same_bits(got, want):
-  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-  assert got.shape == want.shape
-  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-  ok = ~np.isnan(want)
-  bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)) & ok)
-  assert bad.size == 0, (
-      f"{bad.size} values differ, first at {bad[0]}: got {got.flat[bad[0]]!r} "
-      f"want {want.flat[bad[0]]!r}")
 
 
 def check_against_reference(x, fmt_name, mode, a=None):
@@ -268,8 +256,6 @@ def test_tiny_blocks_clamp_at_2_to_minus_127_and_decode_exactly(fmt):
   check_against_reference(x, fmt, "floor", a)
 
 
-
-
 @pytest.mark.parametrize("mode", SCALE_MODES)
 @pytest.mark.parametrize("log2_scale", [-135, -118, -100, -60, 0, 60, 110])
 @pytest.mark.parametrize("fmt", MX_FORMATS)
@@ -380,6 +366,14 @@ def test_dequantize_every_code_at_every_scale(fmt):
     assert_same_bits(jax.jit(mx.dequantize)(a), _to_float32(expect))
 
 
+def test_nvfp4_scale_limits_come_from_the_registry():
+  """The tensor scale covers e2m1 max * e4m3 max = 2688; the fast path
+  starts at the tensor exponent the corner test below puts it at."""
+  f = mx.get_format("nvfp4")
+  assert f.max * f.scale.max == 6 * 448 == 2688
+  assert scales.nv_fast_min_exponent(f) == -115
+
+
 @pytest.mark.parametrize("mode", SCALE_MODES)
 def test_nvfp4_corners_at_the_fast_path_boundary(mode):
   """As above for nvfp4, whose fast path depends on the tensor scale 2^j:
@@ -398,45 +392,3 @@ def test_nvfp4_corners_at_the_fast_path_boundary(mode):
     x[-1, 3] = np.nan
     assert float(mx.quantize(x, "nvfp4").tensor_scale) == 2.0**j
     check_against_reference(x, "nvfp4", mode)
-
-
-@pytest.mark.parametrize("tiny", [False, True])
-@pytest.mark.parametrize("fmt", ["mxfp6_e2m3", "mxfp6_e3m2"])
-def test_6bit_packing_is_the_same_in_the_branch_or_after_it(fmt, tiny,
-                                                            monkeypatch):
-  # compat.MX_PACK_6BIT_IN_BRANCH picks where the codes are packed (per JAX
-  # version, for speed): both places give the same bytes, in the fast branch
-  # and (a block below its range) the exact one, NaN blocks included.
-  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
-  from jaxfp8._src.mx import quantize as mx_quantize  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(3)
-  x = rng.standard_normal((8, 256)).astype(np.float32)
-  x[1, 40] = np.nan
-  if tiny:
-    x[2, :32] *= np.float32(2.0**-130)  # a block below the fast path's range
-  got = {}
-  for placement in (True, False):
-    monkeypatch.setattr(compat, "MX_PACK_6BIT_IN_BRANCH", placement)
-    mx_quantize._quantize_jit.clear_cache()
-    q = mx.quantize(jax.device_put(x), fmt)
-    got[placement] = (np.asarray(q.data), np.asarray(q.scales))
-  mx_quantize._quantize_jit.clear_cache()
-  for a, b in zip(got[True], got[False]):
-    np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("block_size", [16, 32])
-def test_block_maxima_are_the_same_either_way(block_size, monkeypatch):
-  # compat.MX_MAX_OF_ROW_PAIRS picks how blocks of 16 are reduced (per JAX
-  # version, for speed): both ways give the same maxima, NaN and Inf too.
-  from jaxfp8._src import compat  # pylint: disable=g-import-not-at-top
-  from jaxfp8._src.mx import quantize as mx_quantize  # pylint: disable=g-import-not-at-top
-  x = np.random.default_rng(4).standard_normal((4, 256)).astype(np.float32)
-  x[1, 17], x[2, 40], x[3, :16] = np.nan, -np.inf, -0.0
-  bits = jax.device_put(x.view(np.uint32))
-  want = np.abs(x).reshape(4, -1, block_size).view(np.uint32).max(axis=-1)
-  for pairs in (True, False):
-    monkeypatch.setattr(compat, "MX_MAX_OF_ROW_PAIRS", pairs)
-    got = jax.jit(mx_quantize._block_max, static_argnums=1)(bits, block_size)
-    np.testing.assert_array_equal(got, want)
-

@@ -1,0 +1,231 @@
+"""One MX GEMM of :func:`jaxfp8._src.mx.train.dot_general`, on its backend.
+
+A GEMM multiplies two operands quantized in one MX format along their own
+contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
+:class:`~jaxfp8._src.mx.array.MXArray` (:func:`packed_dot`, for serving). It
+multiplies exactly (exact products, float32 accumulation) on the backend
+``kernels.dispatch.mx_backend`` chooses: the dequantized values in float32
+at HIGHEST precision, the Pallas ``mx_matmul`` (mxfp8 on GPU) or
+``lax.scaled_dot`` (asked for by name).
+
+Several contracting dims are blocked as one, flattened in
+``dimension_numbers`` order; a length that is not a multiple of the block is
+padded with zeros (the padding adds nothing). :func:`trace_gemms` records
+which GEMMs a traced function builds, in which format.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx.formats import get_format
+from jaxfp8._src.mx.recipes import MXRecipe
+from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.numerics import validate
+from jaxfp8._src.numerics.codes import device_array
+
+
+def operand_float32(x: Any, *, fn: str) -> jax.Array:
+  """``x`` in float32: wide floats (bfloat16 too) converted, others checked."""
+  dtype = getattr(x, "dtype", None)
+  if (dtype is not None and jnp.issubdtype(dtype, jnp.floating)
+      and np.dtype(dtype).itemsize >= 2):
+    return device_array(x).astype(jnp.float32)
+  return rounding_lib.to_float32(x, fn=fn)
+
+
+# -- which GEMMs ran in MX -----------------------------------------------------
+
+_LOGS: list[list[tuple[str, str | None, tuple[int, ...], tuple[int, ...]]]] = []
+
+
+@contextlib.contextmanager
+def trace_gemms() -> Iterator[list[tuple[str, str | None, tuple, tuple]]]:
+  """Records, while tracing, each GEMM the MX ``dot_general`` builds.
+
+  Yields a list that fills with ``(gemm, format, lhs_shape, rhs_shape)``
+  entries (``gemm`` is ``"fwd"``, ``"dgrad"``, ``"wgrad"`` or ``"serve"``;
+  ``format`` None for high precision) as functions are traced (so trace a
+  fresh function, or lower one, inside the block).
+  """
+  log: list = []
+  _LOGS.append(log)
+  try:
+    yield log
+  finally:
+    _LOGS.remove(log)
+
+
+def record(gemm: str, fmt: str | None, a: Any, b: Any) -> None:
+  """Adds a GEMM to the logs :func:`trace_gemms` keeps open."""
+  for log in _LOGS:
+    log.append((gemm, fmt, tuple(a.shape), tuple(b.shape)))
+
+
+# -- one GEMM ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """How the MX GEMMs run: the backend asked for and the Pallas mode."""
+  backend: str = "auto"
+  interpret: bool | None = None
+
+
+def free_dims(ndim: int, contract, batch) -> tuple[int, ...]:
+  """The dims of an operand that are neither contracted nor batch dims."""
+  return tuple(d for d in range(ndim) if d not in contract and d not in batch)
+
+
+def normalize_dims(dims: Any, lhs_ndim: int, rhs_ndim: int, *, fn: str):
+  """``dimension_numbers`` as tuples of non-negative ints; raises naming
+  ``fn`` for anything that is not ``((lc, rc), (lb, rb))``."""
+  try:
+    (lc, rc), (lb, rb) = dims
+    lc, rc, lb, rb = (tuple(int(d) % n for d in t) for t, n in (
+        (lc, lhs_ndim), (rc, rhs_ndim), (lb, lhs_ndim), (rb, rhs_ndim)))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"`dimension_numbers` argument to `{fn}` must be "
+                     f"((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)), "
+                     f"got {dims!r}") from e
+  return (lc, rc), (lb, rb)
+
+
+def block_size_of(recipe: MXRecipe, fmt: str) -> int:
+  """The block size of ``fmt``'s GEMMs: the recipe's, else the format's."""
+  return recipe.block_size or get_format(fmt).block_size
+
+
+def _dot(a, b, dims):
+  return lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST,
+                         preferred_element_type=jnp.float32)
+
+
+def _qdq(x, axes: tuple[int, ...], fmt: str | None, recipe: MXRecipe, *,
+         key=None) -> jax.Array:
+  """float32 values of ``x`` quantized in ``fmt``, blocked along ``axes``.
+
+  The axes are moved last and flattened (in the order given) into the one
+  blocked axis; None is high precision (``x`` in float32).
+  """
+  x32 = operand_float32(x, fn="dot_general")
+  if fmt is None:
+    return x32
+  axes = tuple(a % x32.ndim for a in axes)
+  rest = tuple(a for a in range(x32.ndim) if a not in axes)
+  perm = rest + axes
+  xt = x32.transpose(perm)
+  lead = xt.shape[:len(rest)]
+  k = math.prod(xt.shape[len(rest):])
+  q = mx_lib.quantize(
+      xt.reshape(lead + (k,)), fmt, block_size=recipe.block_size,
+      scale_mode=recipe.scale_mode,
+      rounding="nearest" if key is None else "stochastic", key=key, pad=True)
+  out = lax.stop_gradient(q.dequantize()).reshape(xt.shape)
+  return out.transpose(np.argsort(perm))
+
+
+def _blocked(x, batch, contract, fmt: str, recipe: MXRecipe, key):
+  """``x`` as a (B, F, K) MXArray blocked along K: batch, free and contracting
+  dims each flattened in order."""
+  x32 = operand_float32(x, fn="dot_general")
+  free = free_dims(x32.ndim, contract, batch)
+  size = lambda dims: math.prod(x32.shape[d] for d in dims)
+  xt = x32.transpose(batch + free + contract).reshape(
+      size(batch), size(free), size(contract))
+  return mx_lib.quantize(
+      xt, fmt, block_size=recipe.block_size, scale_mode=recipe.scale_mode,
+      rounding="nearest" if key is None else "stochastic", key=key, pad=True)
+
+
+def gemm(a: Any, b: Any, dims, fmt: str | None, recipe: MXRecipe, run: Run,
+         key: jax.Array | None = None) -> jax.Array:
+  """``dot_general(a, b, dims)`` of ``a`` and ``b`` quantized in ``fmt``
+  along their contracting dims (``key``: stochastic rounding of ``a``), in
+  float32; ``fmt`` None multiplies them in float32 as given.
+
+  ``dims`` is normalized (:func:`normalize_dims`).
+  """
+  (ac, bc), (ab, bb) = dims
+  if fmt is None:
+    return _dot(operand_float32(a, fn="dot_general"),
+                operand_float32(b, fn="dot_general"), dims)
+  backend = dispatch.mx_backend(jax.default_backend(), fmt,
+                                block_size=block_size_of(recipe, fmt),
+                                backend=run.backend)
+  if backend == "dequantize":
+    return _dot(_qdq(a, ac, fmt, recipe, key=key), _qdq(b, bc, fmt, recipe),
+                dims)
+  out = dispatch.mx_gemm(_blocked(a, ab, ac, fmt, recipe, key),
+                         _blocked(b, bb, bc, fmt, recipe, None),
+                         backend=backend, interpret=run.interpret)
+  shape = ([a.shape[d] for d in ab] + [a.shape[d] for d in free_dims(
+      a.ndim, ac, ab)] + [b.shape[d] for d in free_dims(b.ndim, bc, bb)])
+  return out.reshape(shape)
+
+
+# -- a GEMM with a packed weight (serving) -------------------------------------
+
+def _packed_backend(lhs_fmt, rhs, dims, recipe, run: Run) -> str:
+  """The backend of a packed-weight product; a kernel needs both operands
+  in one format and block size, ``rhs`` blocked along its one contracting
+  dim and no batch dims."""
+  fn = "dot_general"
+  (_, rc), (lb, _) = dims
+  validate.check_choice(run.backend, dispatch.MX_BACKENDS, "backend", fn)
+  block = None if lhs_fmt is None else block_size_of(recipe, lhs_fmt)
+  fits = (lhs_fmt == rhs.fmt.name and block == rhs.block_size and not lb
+          and rc == (rhs.axis % rhs.ndim,))
+  if run.backend in ("auto", "dequantize"):
+    backend = run.backend
+  elif not fits:
+    raise NotImplementedError(
+        f"`{fn}` with backend={run.backend!r} and a packed rhs needs dynamic "
+        f"MX activations in the weight's format and block size "
+        f"({rhs.fmt.name}, {rhs.block_size}), no batch dims and the weight "
+        f"blocked along its one contracting dim; got recipe.fwd={lhs_fmt!r}, "
+        f"dims {dims}, weight axis {rhs.axis}")
+  else:
+    backend = run.backend
+  if not fits:
+    return "dequantize"
+  return dispatch.mx_backend(jax.default_backend(), rhs.fmt.name,
+                             block_size=rhs.block_size, backend=backend, fn=fn)
+
+
+def packed_dot(lhs: Any, rhs: mx_lib.MXArray, dims: Any, recipe: MXRecipe,
+               preferred_element_type: Any, run: Run) -> jax.Array:
+  """``dot_general(lhs, rhs, dims)`` with ``rhs`` a packed weight.
+
+  ``lhs`` is quantized with ``recipe.fwd`` (dynamic MX activations; None:
+  weight-only, ``lhs`` as given); the product has no gradient. The result
+  dtype is ``preferred_element_type``, else ``lhs``'s float dtype, else
+  float32.
+  """
+  lhs = jnp.asarray(lhs)
+  dims = normalize_dims(dims, lhs.ndim, rhs.ndim, fn="dot_general")
+  (lc, rc), _ = dims
+  record("serve", recipe.fwd, lhs, rhs)
+  dtype = (lhs.dtype if preferred_element_type is None
+           and jnp.issubdtype(lhs.dtype, jnp.floating)
+           else preferred_element_type or jnp.float32)
+  backend = _packed_backend(recipe.fwd, rhs, dims, recipe, run)
+  if backend == "dequantize":
+    w = lax.stop_gradient(rhs.dequantize())
+    return _dot(_qdq(lhs, lc, recipe.fwd, recipe), w, dims).astype(dtype)
+  free = free_dims(rhs.ndim, rc, ())
+  w = rhs.transpose(*free, rc[0])
+  w = w.reshape(1, math.prod(w.shape[:-1]), w.shape[-1])
+  a = _blocked(lax.stop_gradient(lhs), (), lc, recipe.fwd, recipe, None)
+  out = dispatch.mx_gemm(a, w, backend=backend, interpret=run.interpret)
+  shape = [lhs.shape[d] for d in free_dims(lhs.ndim, lc, ())] + [
+      rhs.shape[d] for d in free]
+  return out.reshape(shape).astype(dtype)
