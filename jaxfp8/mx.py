@@ -8,12 +8,12 @@
 from jaxfp8._src.mx.array import dequantize as dequantize
 from jaxfp8._src.mx.array import MXArray as MXArray
 from jaxfp8._src.mx.array import quantize as quantize
-from jaxfp8._src.mx.matmul import from_scaled as from_scaled
-from jaxfp8._src.mx.matmul import matmul as matmul
-from jaxfp8._src.mx.matmul import to_scaled as to_scaled
 from jaxfp8._src.mx.formats import get_format as get_format
 from jaxfp8._src.mx.formats import MX_FORMATS as MX_FORMATS
 from jaxfp8._src.mx.formats import MXFormat as MXFormat
+from jaxfp8._src.mx.matmul import from_scaled as from_scaled
+from jaxfp8._src.mx.matmul import matmul as matmul
+from jaxfp8._src.mx.matmul import to_scaled as to_scaled
 from jaxfp8._src.mx.recipes import get_recipe as get_recipe
 from jaxfp8._src.mx.recipes import MXRecipe as MXRecipe
 from jaxfp8._src.mx.scales import SCALE_MODES as SCALE_MODES

@@ -10,14 +10,14 @@ import pytest
 
 import jaxfp8
 from jaxfp8 import formats
-from jaxfp8.tools import cli
 from jaxfp8._src import compat
 from jaxfp8._src.random import laws
+from jaxfp8.tools import cli
 from jaxfp8.tools import report
 from jaxfp8.tools.report import laws as report_laws
-from jaxfp8.tools.report import tables as report_tables
 from jaxfp8.tools.report import plots as report_plots
 from jaxfp8.tools.report import run as report_run
+from jaxfp8.tools.report import tables as report_tables
 from jaxfp8.tools.report import worker as report_worker
 
 import xla_flags

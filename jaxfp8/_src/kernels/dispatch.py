@@ -21,15 +21,15 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src.numerics import codes
-from jaxfp8._src.numerics import formats
-from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import matmul as mx_dot
-from jaxfp8._src.numerics import validate
-from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
+from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx import matmul as mx_dot
+from jaxfp8._src.mx.formats import get_format
+from jaxfp8._src.numerics import codes
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import validate
 
 
 def _operand(x: Any) -> Any:

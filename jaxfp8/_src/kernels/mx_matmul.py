@@ -42,8 +42,8 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.kernels import common
+from jaxfp8._src.mx import array as mx_lib
 
 # The MX formats whose elements fp8 tensor cores read directly.
 MXFP8_FORMATS: tuple[str, ...] = ("mxfp8_e4m3", "mxfp8_e5m2")

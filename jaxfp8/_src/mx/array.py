@@ -16,19 +16,19 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.numerics import codes as codes_lib
 from jaxfp8._src import compat
-from jaxfp8._src.numerics import formats
 from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import pack as mx_pack
 from jaxfp8._src.mx import quantize as mx_quantize
 from jaxfp8._src.mx import scales as scales_lib
 from jaxfp8._src.mx import view as mx_view
-from jaxfp8._src.numerics import rounding as rounding_lib
-from jaxfp8._src.numerics import validate
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.mx.formats import MXFormat
 from jaxfp8._src.mx.scales import ScaleMode
+from jaxfp8._src.numerics import decode_grad
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.numerics import validate
 
 
 # -- the array type ------------------------------------------------------------
@@ -394,7 +394,7 @@ def dequantize(a: MXArray, dtype: Any = jnp.float32) -> jax.Array:
       *leaves, a.fmt, axis=a.axis, length=a.length, block_size=a.block_size)
   if source is not None:
     try:
-      out = codes_lib.straight_through(source, out)
+      out = decode_grad.straight_through(source, out)
     except jax.errors.UnexpectedTracerError as e:
       raise ValueError(
           "`dequantize`: this MXArray was quantized inside a transformation "

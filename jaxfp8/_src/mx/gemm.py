@@ -31,7 +31,7 @@ from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.mx.recipes import MXRecipe
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.numerics.codes import device_array
+from jaxfp8._src.numerics.host import device_array
 
 
 def operand_float32(x: Any, *, fn: str) -> jax.Array:

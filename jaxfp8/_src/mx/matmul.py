@@ -25,12 +25,12 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.numerics.codes import device_array
 from jaxfp8._src.mx import array as _mx
 from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import pack as mx_pack
-from jaxfp8._src.numerics import validate
 from jaxfp8._src.mx.formats import get_format
+from jaxfp8._src.numerics import validate
+from jaxfp8._src.numerics.host import device_array
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

@@ -35,7 +35,7 @@ from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx import gemm as gemm_lib
 from jaxfp8._src.mx import recipes
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.numerics.codes import device_array
+from jaxfp8._src.numerics.host import device_array
 
 
 # -- fake quantization ---------------------------------------------------------
