@@ -8,7 +8,7 @@ form stays in the code for the other version. Every flag is read when a
 function is traced, so a test can flip it (and clear the jit cache).
 
 The timings behind each choice are in the benchmark log
-(``docs/performance.md``).
+(``docs/benchmarks/log.md``).
 """
 from __future__ import annotations
 
