@@ -117,7 +117,7 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
     bits = lax.bitcast_convert_type(xb, U32)
     y = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -k[..., None])
     codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | y, mx,
-                                   rounding=rounding, rand=rand)
+                                       rounding=rounding, rand=rand)
     return _nan_blocks(codes, bad, mx)
 
   def fast(xb, s, rand):
@@ -125,7 +125,7 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
     k, bad = scales_lib.e8m0_parts(s)
     # All-zero and NaN blocks decode the same whatever k their elements take.
     codes = elements_lib.fast_element_codes(lax.bitcast_convert_type(xb, U32),
-                                        jnp.clip(k, k_min, 127), mx)
+                                            jnp.clip(k, k_min, 127), mx)
     return _nan_blocks(codes, bad, mx)
 
   fast_ok = jnp.all((amax >= bits_lib.INF) | (amax == 0) | (k >= k_min))
