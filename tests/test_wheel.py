@@ -2,15 +2,20 @@
 
 The wheel is built from this checkout by pip (the build backend pyproject.toml
 names, fetched as ``pip install -e`` fetches it), installed with ``--no-deps``
-into a new
-virtual environment that sees this interpreter's packages (jax, numpy...),
-and imported from outside the checkout: the import must come from the venv,
-with every subpackage and ``py.typed``.
+into a new virtual environment that sees this interpreter's packages (jax,
+numpy...), and imported from outside the checkout: the import must come from
+the venv, with every subpackage and ``py.typed``.
+
+The new venv reaches this interpreter's packages through a ``.pth`` file that
+lists its site-packages folders, not through ``system_site_packages``: made
+from inside a virtualenv, ``venv`` bases the new one on the base interpreter,
+whose packages are not this one's.
 """
 from __future__ import annotations
 
 import os
 import pathlib
+import site
 import subprocess
 import sys
 import venv
@@ -45,12 +50,25 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path):
                  "jaxfp8/tools/report/command.py"):
     assert needed in names, needed
   env_dir = tmp_path / "venv"
-  venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+  venv.EnvBuilder(with_pip=False).create(env_dir)
   python = env_dir / "bin" / "python"
+  # Without PYTHONPATH: pip would count a checkout on it as installed.
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
                   "install", "-q", "--no-deps", str(wheel)],
-                 check=True, capture_output=True, text=True, timeout=300)
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                 check=True, capture_output=True, text=True, timeout=300,
+                 env=env)
+  # This interpreter's packages, after the install (pip would take the
+  # editable install of this checkout there for jaxfp8 installed). Plain
+  # folder lines: that install's own .pth file is not run.
+  purelib = subprocess.run(
+      [str(python), "-c",
+       "import sysconfig; print(sysconfig.get_path('purelib'))"],
+      check=True, capture_output=True, text=True).stdout.strip()
+  outer = site.getsitepackages() + (
+      [site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+  pathlib.Path(purelib, "outer_site_packages.pth").write_text(
+      "\n".join(outer) + "\n")
   proc = subprocess.run([str(python), "-c", _CHECK], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]

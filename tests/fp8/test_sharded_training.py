@@ -5,8 +5,9 @@ subprocesses with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``:
 
 * ``examples/mlp_fp8.py --devices 4`` trains fp8 parameters (FSDP-sharded
   float8_e4m3fn kernels, batch-sharded data, delayed scaling, stochastic
-  rounding) and the same on one device; the losses agree and the compiled
-  step keeps every kernel split four ways;
+  rounding) and the same on one device; the kernels part only by a
+  stochastic rounding of a last-bit difference, the losses agree, and the
+  compiled step keeps every kernel split four ways;
 * the amax of a sharded tensor is the global one, and the scales and amax
   histories of ``CurrentScaling`` / ``DelayedScaling`` (and the delayed
   state the fp8 ``dot_general`` returns as its gradient) are bit for bit
@@ -165,13 +166,20 @@ def test_sharded_training_matches_one_device(example_output):
   sharded, one = float(values["sharded"]), float(values["one_device"])
   # Both learned (the targets' variance is about 1.3) ...
   assert sharded < 0.5 and one < 0.5, (sharded, one)
-  # ... and the same way: the runs share keys, data and rounding bits, and
-  # differ only in the order of float32 sums over the batch (measured:
-  # 1.5e-6 after 40 steps, 1.9e-6 after 300; the fp8 kernels stay equal).
-  assert abs(sharded - one) <= 1e-3 * one, (sharded, one)
-  summary = next(l for l in example_output if l.startswith("steps="))
-  differ, total = summary.rsplit("differing=", 1)[1].split("/")
-  assert int(differ) <= 0.01 * int(total), summary
+  # ... and the same way. The runs share keys, data and rounding bits, and
+  # differ only in the order of float32 sums over the batch: a last bit of
+  # some gradients. Stochastic rounding makes that another fp8 value when
+  # its threshold falls in between (about 2^-20 of roundings), at a step
+  # that depends on the JAX version and the CPU; the runs then follow two
+  # trajectories of the same training, as two stochastic-rounding keys
+  # would, and their losses part by a few 1e-3 at most in 40 steps.
+  assert abs(sharded - one) <= 1e-2 * one, (sharded, one)
+  # What would show a layout bug (other random bits, scales or data): many
+  # kernel values parting at once. A rounding flip is one or two values.
+  first = next(l for l in example_output if l.startswith("first_difference"))
+  if first != "first_difference none":
+    step, values = (int(p.split("=")[1]) for p in first.split()[1:])
+    assert step >= 1 and values <= 2, first
 
 
 def test_compiled_step_keeps_kernels_sharded(example_output):

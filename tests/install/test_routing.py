@@ -52,15 +52,43 @@ def test_every_factory_closure_has_the_layout_routing_routes():
     assert k.namespace is jax.nn.initializers.normal.__globals__
 
 
-def test_a_closure_laid_out_otherwise_is_reported_not_routed():
-  def normal(stddev=1e-2, dtype=None, mean=0.0):  # a closure holding more
-    def init(key, shape, dtype=dtype, out_sharding=None):
+def test_a_closure_with_other_parameters_is_reported_not_routed():
+  def normal(stddev=1e-2, dtype=None):  # a closure taking more
+    def init(key, shape, dtype=dtype, out_sharding=None, mean=0.0):
       return (mean, stddev, dtype, key, shape, out_sharding)
     return init
   kinds, unknown = routing.learn_init_closures({**jax_factories(),
                                                 "normal": normal})
   assert unknown == ("normal",)
   assert "normal" not in {k.factory for k in kinds}
+
+
+def test_a_closure_holding_other_cells_gets_a_router_of_its_own():
+  """The router is made from the closure's free variables, whatever they
+  are: a JAX that adds or renames one is still routed, cell for cell."""
+  def normal(stddev=1e-2, dtype=None, mean=0.0, zeta=None):
+    def init(key, shape, dtype=dtype, out_sharding=None):
+      return (zeta, mean, stddev, dtype, key, shape, out_sharding)
+    return init
+  kinds, unknown = routing.learn_init_closures({**jax_factories(),
+                                                "normal": normal})
+  assert unknown == ()
+  kind = {k.factory: k for k in kinds}["normal"]
+  assert kind.arguments == ("mean", "stddev", "zeta")
+  assert kind.router.co_freevars == kind.code.co_freevars
+  closure = normal(0.5, mean=2.0, zeta="z")
+  values = tuple(c.cell_contents for c in closure.__closure__)
+  assert dict(zip(kind.arguments, values)) == {
+      "mean": 2.0, "stddev": 0.5, "zeta": "z"}
+  seen = []
+  try:
+    routing.route_init_closures(kinds, lambda *a: seen.append(a) or a[3]())
+    out = closure(KEY, (3,), jnp.float32)
+  finally:
+    routing.unroute_init_closures()
+  assert out == ("z", 2.0, 0.5, jnp.float32, KEY, (3,), None)
+  assert [s[:2] for s in seen] == [
+      ("normal", {"mean": 2.0, "stddev": 0.5, "zeta": "z"})]
 
 
 def test_named_factories_make_variance_scaling_closures():
@@ -95,10 +123,14 @@ def test_router_and_original_read_the_same_cells():
 def test_route_swaps_code_and_unroute_restores_it():
   closure = jax.nn.initializers.normal(0.5)
   original = closure.__code__
+  two = closure(KEY, (2,), jnp.float32)
   calls = []
 
   def answer(factory, arguments, args, run_jax):
     calls.append((factory, arguments, args[1:]))
+    # JAX's closure, as called and with other arguments.
+    np.testing.assert_array_equal(run_jax(KEY, (2,), jnp.float32, None),
+                                  two)
     return run_jax()
 
   kinds, _ = routing.learn_init_closures(jax_factories())

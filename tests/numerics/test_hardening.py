@@ -7,6 +7,7 @@ was checked to fail on the tree before its fix.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -271,3 +272,76 @@ def test_report_ops_did_you_mean():
   from jaxfp8.tools.report import command as report_command  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="unknown nrmal; did you mean 'normal'"):
     report_command._select_ops("nrmal", 64)  # pylint: disable=protected-access
+
+
+# -- issue 29: inner errors that reached the user --------------------------------
+
+@pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.array([1.0, None]),
+                                 np.array([1.0, 2.0], object),
+                                 np.array(["2026-01-01"], "datetime64[D]"),
+                                 np.array([1j])])
+def test_decode_of_arrays_of_no_real_number_is_a_type_error(bad):
+  with pytest.raises(TypeError, match="`x` argument to `decode` must be an "
+                     f"array of real numbers.*dtype {re.escape(str(bad.dtype))}"):
+    jaxfp8.decode(bad)
+
+
+def test_decode_still_takes_every_real_dtype():
+  for x in (np.array([1, 2]), np.array([True]), jnp.ones(2, jnp.bfloat16),
+            np.ones(2, jnp.float8_e4m3fn), np.float32(3.0)):
+    assert jaxfp8.decode(x).dtype == jnp.float32
+
+
+@pytest.mark.parametrize("name", ["variance_scaling", "lecun_normal",
+                                  "he_uniform"])
+@pytest.mark.parametrize("arg,value,shape", [
+    ("in_axis", 5, (4, 4)), ("out_axis", -7, (4, 4)),
+    ("in_axis", (0, 9), (4, 4, 2)), ("batch_axis", 4, (4, 4)),
+    ("in_axis", -3, (4, 4))])
+@pytest.mark.parametrize("dtype", ["e4m3", jnp.float32])
+def test_initializer_axes_out_of_range_name_the_argument(name, arg, value,
+                                                         shape, dtype):
+  make = getattr(inits, name)
+  args = (1.0, "fan_in", "normal") if name == "variance_scaling" else ()
+  init = make(*args, **{arg: value})
+  with pytest.raises(ValueError, match=f"`{arg}` argument to `{name}` is "
+                     rf"{re.escape(repr(value))}, out of range for shape "
+                     rf"{re.escape(str(shape))}"):
+    init(KEY, shape, dtype)
+  with pytest.raises(IndexError):  # what JAX's raised, still caught
+    init(KEY, shape, dtype)
+
+
+def test_initializer_axes_of_another_type_are_a_type_error():
+  with pytest.raises(TypeError, match="`in_axis` argument to `lecun_normal` "
+                     "must be an int or a sequence of ints, got 'a'"):
+    inits.lecun_normal(in_axis="a")(KEY, (4, 4), "e4m3")
+
+
+@pytest.mark.parametrize("fn", ["mx.matmul", "mx.dot_general",
+                                "fp8_dot_general", "ops.dot_general"])
+def test_preferred_element_type_is_checked_by_name(fn):
+  a = jnp.ones((4, 64))
+  dims = (((1,), (0,)), ((), ()))
+  call = {
+      "mx.matmul": lambda p: mx.matmul(
+          mx.quantize(a, "mxfp8_e4m3"), mx.quantize(a.T, "mxfp8_e4m3",
+                                                    axis=0),
+          preferred_element_type=p),
+      "mx.dot_general": lambda p: mx.dot_general(
+          a, a.T, dims, preferred_element_type=p),
+      "fp8_dot_general": lambda p: P.fp8_dot_general(
+          a, a.T, dims, preferred_element_type=p),
+      "ops.dot_general": lambda p: ops.dot_general(
+          a.astype(jnp.float8_e4m3fn), a.T.astype(jnp.float8_e4m3fn), dims,
+          preferred_element_type=p),
+  }[fn]
+  name = fn.split(".")[-1]
+  with pytest.raises(ValueError, match="Unknown format 'bogus' for argument "
+                     f"`preferred_element_type` of `{name}`"):
+    call("bogus")
+  with pytest.raises(TypeError, match="`preferred_element_type` argument to "
+                     f"`{name}` is float6_e2m3fn, which XLA can't hold"):
+    call("e2m3")
+  assert call("bf16").dtype == jnp.bfloat16
+  assert call(jnp.float32).dtype == jnp.float32

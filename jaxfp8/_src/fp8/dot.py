@@ -196,12 +196,7 @@ def _dot_operand(x: Any, arg: str) -> jax.Array:
 
 def _out_dtype(lhs_dtype, rhs_dtype, preferred: Any) -> np.dtype:
   if preferred is not None:
-    out = np.dtype(preferred)
-    if formats.is_narrow(out) and not formats.get(out).native:
-      raise NotImplementedError(
-          f"`preferred_element_type` argument to `fp8_dot_general` is "
-          f"{out.name}, which XLA can't hold; take float32 and jaxfp8.cast it")
-    return out
+    return formats.result_dtype(preferred, fn="fp8_dot_general")
   if lhs_dtype == rhs_dtype:
     return np.dtype(lhs_dtype)
   wide = [jnp.float32 if formats.is_narrow(d) else d

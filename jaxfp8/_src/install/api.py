@@ -210,17 +210,28 @@ def _factory_shim(original: Callable) -> Callable:
   return factory
 
 
+@functools.lru_cache(maxsize=None)
+def _factory_parameters(factory: str) -> frozenset[str]:
+  return frozenset(inspect.signature(getattr(ours, factory)).parameters)
+
+
 def _initialize(factory: str, arguments: dict[str, Any], args: tuple,
-                original: Callable[[], Any]):
+                run_jax: Callable[..., Any]):
   """The answer of a routed ``jax.nn.initializers`` closure of ``factory``
   holding ``arguments``, called with ``(key, shape, dtype, out_sharding)``:
-  jaxfp8's initializer for a narrow dtype, JAX's own otherwise."""
+  JAX's own for a wide dtype; for a narrow one, jaxfp8's initializer of the
+  same name built from ``arguments``, or, where they are not all arguments
+  of jaxfp8's (a JAX whose closures hold other cells), JAX's closure called
+  in float32 and rounded once: the same weights, without the range check."""
   fmt = _narrow_format(args[2]) if _is_active() else None
   if fmt is None:
-    return original()
+    return run_jax()
   _refuse_unholdable(fmt, f"A jax.nn.initializers.{factory} initializer",
                      f"jaxfp8.nn.initializers.{factory}")
-  return getattr(ours, factory)(**arguments)(*args)
+  if set(arguments) <= _factory_parameters(factory):
+    return getattr(ours, factory)(**arguments)(*args)
+  key, shape, _, out_sharding = args
+  return cast(run_jax(key, shape, jnp.float32, out_sharding), fmt)
 
 
 def _haiku_shim(original: Callable) -> Callable:
@@ -292,9 +303,12 @@ def install() -> None:
     if unknown:
       warnings.warn(
           f"jaxfp8.install(): this JAX's jax.nn.initializers closures of "
-          f"{', '.join(unknown)} are not laid out as jaxfp8 expects; their "
-          f"narrow-format samples are jaxfp8's, but their scale is applied "
-          f"in the format (rounded twice).", RuntimeWarning, stacklevel=2)
+          f"{', '.join(unknown)} don't take (key, shape, dtype, "
+          f"out_sharding) as jaxfp8 expects, so they are not routed: in a "
+          f"narrow format they run JAX's own arithmetic there (their samples "
+          f"are jaxfp8's, the scale is rounded twice, and the result may be "
+          f"NaN). Use jaxfp8.nn.initializers for them.", RuntimeWarning,
+          stacklevel=2)
     shims = _shims(jax_inits)
     patches = [(owner, attr, original, shims[id(original)])
                for owner, attr, original in references.references(shims)]

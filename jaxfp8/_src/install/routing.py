@@ -8,8 +8,8 @@ normal``); no attribute replacement reaches them. So, while installed, each
 such closure and factory runs a router's code instead of JAX's, and gets
 its own code back on uninstalling.
 
-Written against JAX 0.10.2 and checked against the sources of JAX 0.11.2;
-``tests/install/test_routing.py`` checks every layout fact written below, so
+Written against JAX 0.10.2, checked against the sources of JAX 0.11.2 and
+run on JAX 0.10.2 and 0.12.0.1; ``tests/install/test_routing.py`` checks every layout fact written below, so
 that an upgrade that changes one fails there, by name, instead of install()
 silently doing nothing.
 
@@ -33,87 +33,49 @@ from typing import Any
 # ---------------------------------------------------------------------------
 # The closures of jax.nn.initializers.
 #
-# JAX 0.10.2 (the same in 0.11.2): each factory below returns a closure
+# JAX 0.10.2, 0.11.2 and 0.12.0.1: each factory below returns a closure
 # ``init(key, shape, dtype=<the factory's dtype>, out_sharding=None)`` whose
-# free variables are the factory's other arguments; glorot_*, lecun_*, he_*
-# return variance_scaling's. Every closure of a factory shares its code
-# object, so a closure is told by ``fn.__code__``, and its arguments are its
-# cells. A router below has the same free variables (CPython lays them out
-# sorted by name) and parameters; while installed, it is each closure's
-# ``__code__``. It runs with JAX's module globals, so it reaches jaxfp8 by an
-# import statement.
+# free variables are (some of) the factory's other arguments; glorot_*,
+# lecun_*, he_* return variance_scaling's. Every closure of a factory shares
+# its code object, so a closure is told by ``fn.__code__``, and its
+# arguments are its cells. A closure's router is made from that code's own
+# free variables (:func:`_make_router`): the same names, so the same cells in
+# the same order (CPython orders free variables by name), and the same
+# parameters; while installed, it is each closure's ``__code__``. It runs
+# with JAX's module globals, so it reaches jaxfp8 by an import statement.
+# Only the parameters are a fact routing relies on: which cells a closure
+# holds is read from it, in whatever JAX is installed.
 
-
-def _route_constant(value):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("constant", (value,), key, shape, dtype,
-                              out_sharding)
-  return init
-
-
-def _route_uniform(scale):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("uniform", (scale,), key, shape, dtype,
-                              out_sharding)
-  return init
-
-
-def _route_normal(stddev):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("normal", (stddev,), key, shape, dtype,
-                              out_sharding)
-  return init
-
-
-def _route_truncated_normal(lower, stddev, upper):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("truncated_normal", (lower, stddev, upper), key,
-                              shape, dtype, out_sharding)
-  return init
-
-
-def _route_variance_scaling(batch_axis, distribution, in_axis, mode, out_axis,
-                            scale):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed(
-        "variance_scaling",
-        (batch_axis, distribution, in_axis, mode, out_axis, scale), key,
-        shape, dtype, out_sharding)
-  return init
-
-
-def _route_orthogonal(column_axis, scale):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("orthogonal", (column_axis, scale), key, shape,
-                              dtype, out_sharding)
-  return init
-
-
-def _route_delta_orthogonal(column_axis, scale):
-  def init(key, shape, dtype=None, out_sharding=None):
-    from jaxfp8._src.install import routing  # pylint: disable=g-import-not-at-top,import-self
-    return routing.call_routed("delta_orthogonal", (column_axis, scale), key,
-                              shape, dtype, out_sharding)
-  return init
-
-
-_ROUTERS: dict[str, Callable[..., Callable]] = {
-    "constant": _route_constant, "uniform": _route_uniform,
-    "normal": _route_normal, "truncated_normal": _route_truncated_normal,
-    "variance_scaling": _route_variance_scaling,
-    "orthogonal": _route_orthogonal,
-    "delta_orthogonal": _route_delta_orthogonal,
+# The factories whose closures are routed, with the arguments of a sample
+# closure (those with required arguments).
+_SAMPLE_ARGUMENTS: dict[str, tuple[Any, ...]] = {
+    "constant": (0.0,), "uniform": (), "normal": (), "truncated_normal": (),
+    "variance_scaling": (1.0, "fan_in", "normal"), "orthogonal": (),
+    "delta_orthogonal": (),
 }
-# Factories that have required arguments: the arguments of one sample.
-_SAMPLE_ARGUMENTS = {"constant": (0.0,),
-                     "variance_scaling": (1.0, "fan_in", "normal")}
 INIT_PARAMETERS = ("key", "shape", "dtype", "out_sharding")
+
+_ROUTER_SOURCE = """
+def make({cells}):
+  def init(key, shape, dtype=None, out_sharding=None):
+    from jaxfp8._src.install import routing as _jaxfp8_routing
+    return _jaxfp8_routing.call_routed({factory!r}, ({values}), key, shape,
+                                       dtype, out_sharding)
+  return init
+"""
+
+
+def _make_router(factory: str, cells: tuple[str, ...]) -> types.CodeType:
+  """The code of a router for closures of ``factory`` holding ``cells``
+  (their names): it hands the cells' values, in order, to
+  :func:`call_routed`. Made from source so that its free variables are the
+  closure's own, whatever they are."""
+  source = _ROUTER_SOURCE.format(
+      cells=", ".join(cells), factory=factory,
+      values="".join(f"{c}, " for c in cells))
+  namespace: dict[str, Any] = {}
+  exec(compile(source, f"<jaxfp8 router of {factory}>", "exec"), namespace)  # pylint: disable=exec-used
+  return namespace["make"](*[None] * len(cells)).__code__
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,11 +106,11 @@ class InitClosure:
     return fn(*args)
 
 
-def _same_layout(code: types.CodeType, router: types.CodeType) -> bool:
+def _takes_init_parameters(code: types.CodeType) -> bool:
+  """Whether ``code`` takes exactly ``(key, shape, dtype, out_sharding)``,
+  positionally or by name: a router can stand in for it."""
   n = code.co_argcount
-  return (code.co_freevars == router.co_freevars
-          and code.co_varnames[:n] == INIT_PARAMETERS
-          and router.co_varnames[:router.co_argcount] == INIT_PARAMETERS
+  return (code.co_varnames[:n] == INIT_PARAMETERS
           and code.co_posonlyargcount == code.co_kwonlyargcount == 0
           and not code.co_flags & (inspect.CO_VARARGS
                                    | inspect.CO_VARKEYWORDS))
@@ -163,17 +125,18 @@ def learn_init_closures(factories: Mapping[str, Callable]
 
   Returns:
     (the closures a router can answer, the factories whose closures don't
-    have the layout written above: a JAX that changed them).
+    take ``(key, shape, dtype, out_sharding)`` as written above: a JAX that
+    changed them).
   """
   found, unknown = [], []
-  for name, make_router in _ROUTERS.items():
-    closure = factories[name](*_SAMPLE_ARGUMENTS.get(name, ()))
+  for name, sample in _SAMPLE_ARGUMENTS.items():
+    closure = factories[name](*sample)
     code = getattr(closure, "__code__", None)
-    n_cells = len(inspect.signature(make_router).parameters)
-    router = make_router(*[None] * n_cells).__code__
-    if not isinstance(code, types.CodeType) or not _same_layout(code, router):
+    if not isinstance(code, types.CodeType) or not _takes_init_parameters(
+        code):
       unknown.append(name)
       continue
+    router = _make_router(name, code.co_freevars)
     # JAX's names, so that argument errors read as they do without jaxfp8.
     router = router.replace(co_name=code.co_name)
     if hasattr(code, "co_qualname"):  # Python 3.11+
@@ -216,8 +179,10 @@ def route_init_closures(kinds: Iterable[InitClosure],
   :func:`route_init_closure`, to ``answer``.
 
   A routed closure's call becomes ``answer(factory, arguments, args,
-  original)``: ``arguments`` the factory's arguments by name, ``args`` the
-  call's ``(key, shape, dtype, out_sharding)``, ``original()`` JAX's result.
+  run_jax)``: ``arguments`` the cells the closure holds, by name (the
+  factory's arguments), ``args`` the call's ``(key, shape, dtype,
+  out_sharding)``, ``run_jax()`` JAX's result (``run_jax(*other_args)``: JAX's
+  closure called with other arguments).
   Pass the same ``kinds`` to every call (learn them once): a closure routed
   by an earlier install then shares the routers this one unroutes.
 
@@ -266,7 +231,7 @@ def _kind(factory: str) -> InitClosure:
   if kind is None:
     import jax.nn.initializers as jax_inits  # pylint: disable=g-import-not-at-top
     originals = {name: original_factory(getattr(jax_inits, name))
-                 for name in _ROUTERS}
+                 for name in _SAMPLE_ARGUMENTS}
     kinds, _ = learn_init_closures(originals)
     _KNOWN.update({k.factory: k for k in kinds})
     kind = _KNOWN[factory]
@@ -277,10 +242,14 @@ def call_routed(factory: str, values: tuple[Any, ...], *args: Any):
   """Where a routed closure of ``factory`` holding ``values`` goes."""
   kind = _kind(factory)
   answer = _ROUTING.get("answer")
-  original = functools.partial(kind.run_original, values, args)
+
+  def run_jax(*call_args: Any):
+    # JAX's own closure, called as it was or with other arguments.
+    return kind.run_original(values, call_args or args)
+
   if answer is None:
-    return original()
-  return answer(factory, dict(zip(kind.arguments, values)), args, original)
+    return run_jax()
+  return answer(factory, dict(zip(kind.arguments, values)), args, run_jax)
 
 
 # ---------------------------------------------------------------------------
@@ -290,7 +259,7 @@ def call_routed(factory: str, values: tuple[Any, ...], *args: Any):
 # jax.nn.initializers import normal``) is JAX's function object, which no
 # attribute replacement reaches; its closures would carry JAX's code. So,
 # while installed, each factory (a plain function, no free variables, in
-# JAX 0.10.2 and 0.11.2) runs `_factory_router`: it calls JAX's code and
+# JAX 0.10.2, 0.11.2 and 0.12.0.1) runs `_factory_router`: it calls JAX's code and
 # routes the closure it returns. The factory's name reaches the router as
 # the default of a keyword-only argument (the function object's
 # ``__kwdefaults__``, JAX's own being None); ``__signature__`` keeps

@@ -101,6 +101,9 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   narrow_in = formats.is_narrow(getattr(lhs, "dtype", None)) or (
       formats.is_narrow(getattr(rhs, "dtype", None)))
   lhs, rhs = _operand(lhs), _operand(rhs)
+  if preferred_element_type is not None:
+    preferred_element_type = formats.result_dtype(preferred_element_type,
+                                                  fn="dot_general")
   if preferred_element_type is None and narrow_in:
     preferred_element_type = jnp.float32
   _check(lhs, rhs, dimension_numbers, preferred_element_type)

@@ -29,6 +29,7 @@ from jaxfp8._src.mx import array as _mx
 from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import pack as mx_pack
 from jaxfp8._src.mx.formats import get_format
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
 
@@ -230,6 +231,8 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
   """
   validate.check_choice(method, ("dequantize", "scaled_dot"), "method",
                         "matmul")
+  preferred_element_type = formats.result_dtype(preferred_element_type,
+                                                fn="matmul")
   a = _check_operand(a, "a", -1)
   b = _check_operand(b, "b", -2)
   k_b = b.shape[-2] if b.ndim > 1 else b.shape[0]

@@ -34,6 +34,7 @@ from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx import gemm as gemm_lib
 from jaxfp8._src.mx import recipes
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
 
@@ -214,6 +215,9 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   if interpret is not None and not isinstance(interpret, bool):
     raise TypeError(f"`interpret` argument to `{fn}` must be None or a bool, "
                     f"got {interpret!r}")
+  if preferred_element_type is not None:
+    preferred_element_type = formats.result_dtype(preferred_element_type,
+                                                  fn=fn)
   run = gemm_lib.Run(backend, interpret)
   if isinstance(rhs, mx_lib.MXArray):
     return gemm_lib.packed_dot(lhs, rhs, dimension_numbers, recipe,

@@ -1,8 +1,10 @@
 """Initializers for narrow formats: the float32 initializer, rounded once.
 
 Every factory mirrors :mod:`jax.nn.initializers` (names, signatures,
-defaults). For a wide ``dtype`` the returned ``init`` *is* JAX's: the same
-samples, bit for bit, and the same errors. For a narrow format it draws JAX's
+defaults). For a wide ``dtype`` the returned ``init`` runs JAX's: the same
+samples, bit for bit, and JAX's errors, but for axes out of the shape's range
+(JAX's bare IndexError), which raise a ``numpy.exceptions.AxisError`` (a
+ValueError and an IndexError) naming the argument. For a narrow format it draws JAX's
 initializer in float32 with the same key and rounds the result once, to
 nearest-even with saturation (:func:`jaxfp8.cast`). So the weights follow
 exactly the law of the float32 initializer rounded into the format, and the
@@ -28,6 +30,7 @@ from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.nn import initializers as _jax
 
 from jaxfp8._src.nn import init_range
@@ -80,10 +83,13 @@ def _narrow(dtype: Any) -> formats.Format | None:
 
 
 def _rounded(fn: str, jax_init: Callable, default_dtype: DTypeLike,
-             law: Callable[[tuple[int, ...]], init_range.Law | None]
+             law: Callable[[tuple[int, ...]], init_range.Law | None], *,
+             check: Callable[[tuple[int, ...]], None] | None = None
              ) -> Initializer:
   """``init(key, shape, dtype, out_sharding)``: JAX's for wide dtypes, else
-  JAX's in float32 rounded once into the narrow format."""
+  JAX's in float32 rounded once into the narrow format. ``check(shape)``
+  raises for arguments that don't fit the (non-empty) shape, before JAX
+  sees them."""
 
   def init(key: jax.Array, shape: Sequence[int],
            dtype: DTypeLike | None = default_dtype,
@@ -91,10 +97,13 @@ def _rounded(fn: str, jax_init: Callable, default_dtype: DTypeLike,
     fmt = _narrow(dtype)
     if fmt is None and dtype is not None:  # the registry's aliases: "bf16"...
       dtype = formats.get_dtype(dtype, arg="dtype", fn=fn)
-    if math.prod(validate.check_shape(shape, fn)) == 0:
+    shape = validate.check_shape(shape, fn)
+    if math.prod(shape) == 0:
       # No weights to draw: JAX's variance scaling would divide by a zero fan.
       empty = jnp.zeros(tuple(shape), jnp.float32)
       return cast(empty, fmt) if fmt else empty.astype(dtype or jnp.float32)
+    if check is not None:
+      check(shape)
     if fmt is None:  # JAX's initializer, errors and all
       return jax_init(key, shape, dtype, out_sharding)
     try:
@@ -118,6 +127,29 @@ def _fans(shape: tuple[int, ...], in_axis, out_axis, batch_axis
   receptive = math.prod(shape) / size(in_axis) / size(out_axis) / size(
       batch_axis)
   return size(in_axis) * receptive, size(out_axis) * receptive
+
+
+def _axes_checker(fn: str, in_axis, out_axis, batch_axis
+                  ) -> Callable[[tuple[int, ...]], None]:
+  """Raises unless each of the axes arguments is an int or a sequence of
+  ints within the shape's axes (JAX's own gives a bare IndexError)."""
+  def check(shape: tuple[int, ...]) -> None:
+    ndim = len(shape)
+    if in_axis == -2 and ndim <= 1 and not isinstance(in_axis, bool):
+      return  # JAX's own ValueError says it: the default needs 2 axes
+    for arg, axes in (("in_axis", in_axis), ("out_axis", out_axis),
+                      ("batch_axis", batch_axis)):
+      many = isinstance(axes, Sequence) and not isinstance(axes, str)
+      for axis in (axes if many else (axes,)):
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+          raise TypeError(f"`{arg}` argument to `{fn}` must be an int or a "
+                          f"sequence of ints, got {axes!r}")
+        if not -ndim <= axis < ndim:
+          raise np.exceptions.AxisError(
+              f"`{arg}` argument to `{fn}` is {axes!r}, out of range for "
+              f"shape {shape} ("
+              + (f"axes {-ndim} to {ndim - 1})" if ndim else "no axes)"))
+  return check
 
 
 def _variance_law(fn, scale, mode, distribution, in_axis, out_axis,
@@ -303,7 +335,8 @@ def _variance_scaling(fn, scale, mode, distribution, in_axis, out_axis,
                             dtype=dtype),
       dtype,
       _variance_law(fn, scale, mode, distribution, in_axis, out_axis,
-                    batch_axis))
+                    batch_axis),
+      check=_axes_checker(fn, in_axis, out_axis, batch_axis))
 
 
 def _named_variance_scaling(name: str, scale: float, mode: str,

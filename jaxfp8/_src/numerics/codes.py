@@ -340,6 +340,13 @@ def decode(x: Any, dtype: Any = jnp.float32) -> jax.Array:
   elif (isinstance(x, np.ndarray) and formats.is_narrow(x.dtype)
         and not formats.get(x.dtype).native):
     return decode(encode_numpy(x), dtype)
+  elif not (formats.is_narrow(x.dtype)
+            or jnp.issubdtype(x.dtype, jnp.floating)
+            or jnp.issubdtype(x.dtype, jnp.integer)
+            or jnp.issubdtype(x.dtype, jnp.bool_)):
+    raise TypeError(f"`x` argument to `decode` must be an array of real "
+                    f"numbers (a narrow format, a float, integer or bool "
+                    f"type) or a CodeArray, got an array of dtype {x.dtype}")
   else:
     values = jnp.asarray(x).astype(dtype)
   out = decode_grad.live(

@@ -367,6 +367,37 @@ def get_dtype(dtype: Any, *, arg: str = "dtype", fn: str = "get",
   return get(dtype, arg=arg, fn=fn).dtype
 
 
+def result_dtype(dtype: Any, *, fn: str,
+                 arg: str = "preferred_element_type") -> np.dtype:
+  """The one rule for a product's result dtype (``preferred_element_type``).
+
+  As :func:`get_dtype` (every name and alias, float64), plus NumPy's integer
+  and bool dtypes; a narrow format must be one XLA holds.
+
+  Raises:
+    ValueError: an unknown name (``"bogus"``), naming ``fn`` and ``arg``.
+    TypeError: something that is no dtype, or a format XLA can't hold
+      (float6: take float32 and round it with ``jaxfp8.cast``).
+
+  >>> result_dtype("bf16", fn="matmul"), result_dtype("int32", fn="matmul")
+  (dtype(bfloat16), dtype('int32'))
+  """
+  try:
+    out = get_dtype(dtype, arg=arg, fn=fn)
+  except TypeError:
+    try:
+      out = np.dtype(dtype)
+    except TypeError:
+      out = None
+    if out is None or out.kind not in "biu":
+      raise
+  if is_narrow(out) and not get(out).native:
+    raise TypeError(
+        f"`{arg}` argument to `{fn}` is {out.name}, which XLA can't hold; "
+        f"take float32 and round it with jaxfp8.cast (or jaxfp8.encode)")
+  return out
+
+
 def _is_float64(dtype: Any) -> bool:
   if isinstance(dtype, str):
     return dtype.strip().lower() in ("float64", "f64", "double")
