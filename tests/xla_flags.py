@@ -17,6 +17,12 @@ once, so conftest.py asks XLA's CPU backend for cheaper code generation:
   tests/test_default_codegen.py runs the conversion tests again with XLA's
   own emitters.
 
+On jaxlib 0.12 only the first exists. Of the flags that do, none tried
+cuts more: ``--xla_llvm_disable_expensive_passes=true`` measured no faster
+and ``--xla_cpu_parallel_codegen_split_count=1`` slower (the benchmark log,
+docs/benchmarks/log.md, has the figures); ``-O0`` alone makes the newest-JAX
+leg about as fast as the jaxlib 0.10 leg with both.
+
 ``JAXFP8_TEST_XLA_OPT=default`` turns both off.
 """
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Shims over the JAX and Flax APIs jaxfp8 calls that are private or differ
 between versions.
 
-jaxfp8 runs on JAX 0.10 and 0.11. It was written against JAX 0.10.2, Flax
-0.12.8 and Haiku 0.0.17, and checked against the sources of JAX 0.11.2. Each
-internal used below names the fact it relies on and the version it was
-written against, and ``tests/test_compat.py`` checks every one of them, so
-that an upgrade that moves one fails there, by name, instead of silently
+jaxfp8 runs on JAX 0.10, 0.11 and 0.12. It was written against JAX 0.10.2,
+Flax 0.12.8 and Haiku 0.0.17, checked against the sources of JAX 0.11.2, and
+its suite runs on JAX 0.10.2 and on 0.12.0.1 with Flax 0.12.12 (the table of
+each internal per version is in docs/compat.md). Each internal used below
+names the fact it relies on and the versions it was checked on, and a test
+checks each (``tests/test_compat.py``, or the test docs/compat.md names),
+so that an upgrade that moves one fails there, by name, instead of silently
 doing nothing.
 
 Holds: the JAX version and the class of traced values; the MLIR constant
@@ -30,7 +32,7 @@ import numpy as np
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
 # The class of traced values (isinstance checks only). jax.core keeps it
-# public today (0.10.2, 0.11.2); JAX has been moving jax.core's names away.
+# public today (0.10.2, 0.11.2, 0.12.0.1); JAX has been moving jax.core's names away.
 try:
   Tracer = jax.core.Tracer
 except AttributeError:  # pragma: no cover - a JAX that dropped it
@@ -44,7 +46,8 @@ except AttributeError:  # pragma: no cover - a JAX that dropped it
 def get_constant_handler(type_):
   """Returns JAX's MLIR constant handler for ``type_`` (None if absent).
 
-  JAX 0.10.2 and 0.11.2: ``jax._src.interpreters.mlir.get_constant_handler``
+  JAX 0.10.2, 0.11.2 and 0.12.0.1:
+  ``jax._src.interpreters.mlir.get_constant_handler``
   (the public ``jax.interpreters.mlir`` only registers handlers).
   """
   from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
@@ -63,8 +66,8 @@ def register_constant_handler(type_, handler) -> None:
 def ndarray_constant_types() -> tuple[type, ...]:
   """The array types whose constants JAX lowers with its ndarray handler.
 
-  JAX 0.10.2 and 0.11.2 lower ``jax._src.literals.TypedNdArray`` (NumPy
-  constants JAX made itself) with the same handler as ``np.ndarray``.
+  JAX 0.10.2, 0.11.2 and 0.12.0.1 lower ``jax._src.literals.TypedNdArray``
+  (NumPy constants JAX made itself) with the same handler as ``np.ndarray``.
   """
   found = [np.ndarray]
   try:
@@ -75,11 +78,12 @@ def ndarray_constant_types() -> tuple[type, ...]:
   return tuple(found)
 
 
-# Bit widths a backend may hold but not compute with: JAX 0.11.2's CPU
-# backend takes float6 arrays (0.10.2's refuses them), but converting one to
-# float32 fails to compile (LLVM: "Invalid bitcast" of i6) and concatenating
-# two aborts the process, so no probe compiles float6 code, and float6 stays
-# uint8 codes on both. tests/numerics/test_formats.py checks that fact.
+# Bit widths a backend may hold but not compute with: JAX 0.11.2's and
+# 0.12.0.1's CPU backends take float6 arrays (0.10.2's refuses them), but
+# converting one to float32 fails to compile (LLVM: "Invalid bitcast" of i6;
+# on 0.11.2 concatenating two aborts the process), so no probe compiles
+# float6 code, and float6 stays uint8 codes on every version.
+# tests/numerics/test_formats.py checks that fact.
 HELD_BUT_NOT_COMPUTED_BITS = frozenset({6})
 
 
@@ -139,10 +143,11 @@ def x64_enabled() -> bool:
 def gpu_lowering_target() -> contextlib.AbstractContextManager:
   """A context in which ``lower(lowering_platforms=("cuda",))`` works anywhere.
 
-  JAX 0.10.2 lowers for CUDA on a machine without a GPU as is; since JAX
-  0.11.0 that raises ``RuntimeError: No supported GPU devices found, please
+  JAX 0.10.2 and 0.12.0.1 lower for CUDA on a machine without a GPU as is;
+  JAX 0.11 raises ``RuntimeError: No supported GPU devices found, please
   specify an abstract GPU device using AbstractDevice``. Lowering inside an
-  abstract one-device mesh of an abstract H200 works on both (0.10.2, 0.11.2:
+  abstract one-device mesh of an abstract H200 works on all (0.10.2, 0.11.2,
+  0.12.0.1:
   public ``jax.sharding.AbstractMesh(..., abstract_device=AbstractDevice(
   kind, cores, platform))`` and ``use_abstract_mesh``). A no-op where a GPU
   backend is present (the real device is the target) or where JAX has no
@@ -166,7 +171,7 @@ def einsum(subscripts: str, lhs: Any, rhs: Any, *, dot_general: Callable,
            out_sharding: Any = None) -> jax.Array:
   """``jnp.einsum`` of two operands whose contractions call ``dot_general``.
 
-  JAX 0.10.2 and 0.11.2: ``jnp.einsum`` takes a private keyword
+  JAX 0.10.2, 0.11.2 and 0.12.0.1: ``jnp.einsum`` takes a private keyword
   ``_dot_general`` (default ``lax.dot_general``, a static argument of its
   jit, so it must be hashable) and calls it as ``dot_general(a, b,
   dimension_numbers, precision, preferred_element_type=...)``, with the
@@ -182,7 +187,7 @@ def linen_einsum_bias_shape(module: Any, einsum_str: str, lhs: Any,
                             rhs: Any) -> tuple[list[int], list[int]]:
   """(bias shape, broadcast bias shape) of a linen ``Einsum`` layer.
 
-  Flax 0.12.8: ``flax.linen.Einsum._get_bias_shape(einsum_str, lhs, rhs)``
+  Flax 0.12.8 and 0.12.12: ``flax.linen.Einsum._get_bias_shape(einsum_str, lhs, rhs)``
   (a private method) returns both; ``Einsum.__call__`` uses it for the bias
   parameter and for adding it to the output.
   """

@@ -93,8 +93,10 @@ def test_closure_holding_cells_jaxfp8_lacks_is_computed_in_float32(
     monkeypatch):
   """A JAX whose closures hold an argument jaxfp8's factory lacks (simulated
   by making jaxfp8's normal take none): the closure runs JAX's own code in
-  float32 and the result is rounded once, as jaxfp8's factories do; on JAX
-  0.12, JAX's own normal closure in float8_e4m3fn is NaN."""
+  float32 and the result is rounded once, as jaxfp8's factories do. (The
+  fallback this replaces ran JAX's arithmetic in the format on jaxfp8's
+  samples: NaN on JAX 0.12, whose normal closure takes erf_inv of a
+  uniform.)"""
   before = jax.nn.initializers.normal(1.0)  # built before installing
   want = jaxfp8.cast(before(KEY, (64,), jnp.float32), "e4m3")
   wide = before(KEY, (8,), jnp.float32)

@@ -274,7 +274,7 @@ def test_report_ops_did_you_mean():
     report_command._select_ops("nrmal", 64)  # pylint: disable=protected-access
 
 
-# -- issue 29: inner errors that reached the user --------------------------------
+# -- issue 29: inner errors that reached the user -------------------------
 
 @pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.array([1.0, None]),
                                  np.array([1.0, 2.0], object),
@@ -282,7 +282,8 @@ def test_report_ops_did_you_mean():
                                  np.array([1j])])
 def test_decode_of_arrays_of_no_real_number_is_a_type_error(bad):
   with pytest.raises(TypeError, match="`x` argument to `decode` must be an "
-                     f"array of real numbers.*dtype {re.escape(str(bad.dtype))}"):
+                     "array of real numbers.*dtype "
+                     + re.escape(str(bad.dtype))):
     jaxfp8.decode(bad)
 
 

@@ -259,9 +259,9 @@ def call_routed(factory: str, values: tuple[Any, ...], *args: Any):
 # jax.nn.initializers import normal``) is JAX's function object, which no
 # attribute replacement reaches; its closures would carry JAX's code. So,
 # while installed, each factory (a plain function, no free variables, in
-# JAX 0.10.2, 0.11.2 and 0.12.0.1) runs `_factory_router`: it calls JAX's code and
-# routes the closure it returns. The factory's name reaches the router as
-# the default of a keyword-only argument (the function object's
+# JAX 0.10.2, 0.11.2 and 0.12.0.1) runs `_factory_router`: it calls JAX's
+# code and routes the closure it returns. The factory's name reaches the
+# router as the default of a keyword-only argument (the function object's
 # ``__kwdefaults__``, JAX's own being None); ``__signature__`` keeps
 # ``inspect.signature`` JAX's.
 

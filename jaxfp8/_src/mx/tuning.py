@@ -7,7 +7,10 @@ between two forms that give the same bits (the tests run both); the other
 form stays in the code for the other version. Every flag is read when a
 function is traced, so a test can flip it (and clear the jit cache).
 
-The timings behind each choice are in the benchmark log
+jaxlib 0.12 wants 0.11's choices: ``python -m jaxfp8 bench mx --tuning``
+times each flag both ways in one run (on jaxlib 0.12.0.1 three of the four
+favour 0.11's form and the fourth, ``PACK_6BIT_AS_RUNS``, is within the
+noise). The timings behind each choice are in the benchmark log
 (``docs/benchmarks/log.md``).
 """
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A float6 NumPy constant that reaches ``jit`` lowering aborts the whole
 process with an XLA check failure: on JAX 0.10, which has no float6 type,
-and on 0.11.2, which has one but can't lower its constants. ``import jaxfp8`` calls
-:func:`guard_constants`: the NumPy constant handlers first check the dtype;
+and on 0.11.2 and 0.12.0.1, which have one but can't lower its constants.
+``import jaxfp8`` calls :func:`guard_constants`: the NumPy constant handlers first check the dtype;
 formats the backend holds lower unchanged, others raise a ``TypeError``
 naming the format and pointing to ``jaxfp8.encode``.
 """

@@ -8,6 +8,11 @@ element), dequantize against the upcast ``y.astype(jnp.float32)`` of that
 fp8 array (both read about 1 and write 4); dequantize over the downcast is
 shown too. Target: each at most 1.5x the cast it replaces. N must be a
 multiple of the formats' block size (32; 16 for nvfp4 alone).
+
+With ``--tuning``, it times instead each flag of
+:mod:`jaxfp8._src.mx.tuning` both ways (the conversion it changes, in the
+formats it affects, every program compiled ahead and timed round-robin in
+the same run), to see which form the installed JAX wants.
 """
 from __future__ import annotations
 
@@ -19,11 +24,61 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8 import mx
+from jaxfp8._src.mx import tuning
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 
 # Each conversion at most this many times the plain cast it replaces.
 _TARGET = 1.5
+
+# Each flag of jaxfp8._src.mx.tuning: the conversion it changes, and the
+# formats it changes it for.
+_TUNED = {
+    "PACK_6BIT_IN_BRANCH": ("quantize", ("mxfp6_e2m3", "mxfp6_e3m2")),
+    "PACK_6BIT_AS_RUNS": ("quantize", ("mxfp6_e2m3", "mxfp6_e3m2")),
+    "UNPACK_6BIT_FROM_WORDS": ("dequantize", ("mxfp6_e2m3", "mxfp6_e3m2")),
+    "MAX_OF_ROW_PAIRS": ("quantize", ("nvfp4",)),
+}
+
+
+def _compiled(flag: str, value: bool, op: str, x: jax.Array, fmt: str):
+  """``op`` of ``x`` in ``fmt`` compiled with ``tuning.<flag>`` = value
+  (the flags are read when tracing: caches cleared before and after)."""
+  old = getattr(tuning, flag)
+  setattr(tuning, flag, value)
+  jax.clear_caches()
+  try:
+    if op == "quantize":
+      return jax.jit(lambda v: mx.quantize(v, fmt).data).lower(x).compile()
+    q = mx.quantize(x, fmt)
+    compiled = jax.jit(lambda a: a.dequantize()).lower(q).compile()
+    return lambda _: compiled(q)
+  finally:
+    setattr(tuning, flag, old)
+    jax.clear_caches()
+
+
+def _tuning(x: jax.Array, repeats: int) -> None:
+  """Times each tuning flag both ways; prints a table."""
+  fns, rows = {}, []
+  for flag, (op, fmts) in _TUNED.items():
+    for fmt in fmts:
+      for value in (True, False):
+        run = _compiled(flag, value, op, x, fmt)
+        fns[(flag, fmt, value)] = (lambda r=run: r(x))
+  med = timing.interleaved_medians(fns, repeats=repeats, warmup=2)
+  for flag, (op, fmts) in _TUNED.items():
+    for fmt in fmts:
+      on, off = med[(flag, fmt, True)], med[(flag, fmt, False)]
+      rows.append([flag, f"{op} {fmt}", f"{on * 1e3:.2f}", f"{off * 1e3:.2f}",
+                   f"{on / off:.2f}x", str(getattr(tuning, flag))])
+  print(f"# MX tuning flags, {x.shape[0]}x{x.shape[1]} float32, jax "
+        f"{jax.__version__}, {jax.default_backend()}, "
+        f"{platform.processor() or platform.machine()}; medians in ms, "
+        f"same run\n")
+  print(timing.markdown_table(
+      ["flag", "conversion", "True", "False", "True / False",
+       "this JAX's setting"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="timed rounds (the median is reported)")
   parser.add_argument("--formats", default=",".join(mx.MX_FORMATS),
                       help="comma-separated MX formats (default: all)")
+  parser.add_argument("--tuning", action="store_true",
+                      help="time each flag of jaxfp8._src.mx.tuning both "
+                      "ways instead (--formats is ignored)")
   args = parser.parse_args(argv)
   names = [f.strip() for f in args.formats.split(",") if f.strip()]
   if not names:
@@ -54,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
   x = jax.random.normal(jax.random.key(0), (args.size, args.size),
                         jnp.float32)
+  if args.tuning:
+    _tuning(x, args.repeats)
+    return 0
   cast = jax.jit(lambda v: v.astype(jnp.float8_e4m3fn))
   upcast = jax.jit(lambda v: v.astype(jnp.float32))
   y8 = cast(x)
