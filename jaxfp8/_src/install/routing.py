@@ -9,9 +9,9 @@ such closure and factory runs a router's code instead of JAX's, and gets
 its own code back on uninstalling.
 
 Written against JAX 0.10.2, checked against the sources of JAX 0.11.2 and
-run on JAX 0.10.2 and 0.12.0.1; ``tests/install/test_routing.py`` checks every layout fact written below, so
-that an upgrade that changes one fails there, by name, instead of install()
-silently doing nothing.
+run on JAX 0.10.2 and 0.12.0.1; ``tests/install/test_routing.py`` checks
+every layout fact written below, so that an upgrade that changes one fails
+there, by name, instead of install() silently doing nothing.
 
 Closures and factories route together: a routed factory routes the closure
 it makes, and a closure routed in a process that has learned nothing (one
@@ -137,6 +137,9 @@ def learn_init_closures(factories: Mapping[str, Callable]
       unknown.append(name)
       continue
     router = _make_router(name, code.co_freevars)
+    if router.co_freevars != code.co_freevars:  # a Python that orders them
+      unknown.append(name)                      # otherwise: not routable
+      continue
     # JAX's names, so that argument errors read as they do without jaxfp8.
     router = router.replace(co_name=code.co_name)
     if hasattr(code, "co_qualname"):  # Python 3.11+

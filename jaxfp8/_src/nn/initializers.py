@@ -2,13 +2,13 @@
 
 Every factory mirrors :mod:`jax.nn.initializers` (names, signatures,
 defaults). For a wide ``dtype`` the returned ``init`` runs JAX's: the same
-samples, bit for bit, and JAX's errors, but for axes out of the shape's range
-(JAX's bare IndexError), which raise a ``numpy.exceptions.AxisError`` (a
-ValueError and an IndexError) naming the argument. For a narrow format it draws JAX's
-initializer in float32 with the same key and rounds the result once, to
-nearest-even with saturation (:func:`jaxfp8.cast`). So the weights follow
-exactly the law of the float32 initializer rounded into the format, and the
-fp8 weights of a model are the rounding of its float32 weights.
+samples, bit for bit, and JAX's errors, but for axes out of the shape's
+range (JAX's bare IndexError), which raise a ``numpy.exceptions.AxisError``
+(a ValueError and an IndexError) naming the argument. For a narrow format it
+draws JAX's initializer in float32 with the same key and rounds the result
+once, to nearest-even with saturation (:func:`jaxfp8.cast`). So the weights
+follow exactly the law of the float32 initializer rounded into the format,
+and the fp8 weights of a model are the rounding of its float32 weights.
 
 JAX's own initializers do their arithmetic in the narrow format instead: the
 scale is rounded into the format before it multiplies a sample that was
