@@ -21,7 +21,9 @@ On jaxlib 0.12 only the first exists. Of the flags that do, none tried
 cuts more: ``--xla_llvm_disable_expensive_passes=true`` measured no faster
 and ``--xla_cpu_parallel_codegen_split_count=1`` slower (the benchmark log,
 docs/benchmarks/log.md, has the figures); ``-O0`` alone makes the newest-JAX
-leg about as fast as the jaxlib 0.10 leg with both.
+leg about as fast as the jaxlib 0.10 leg with both. Neither does a persistent
+compilation cache shared by the workers: few programs repeat across
+processes.
 
 ``JAXFP8_TEST_XLA_OPT=default`` turns both off.
 """
