@@ -313,10 +313,21 @@ def test_initializer_axes_out_of_range_name_the_argument(name, arg, value,
     init(KEY, shape, dtype)
 
 
+def test_initializer_axes_take_what_jax_takes():
+  # An int, a tuple, a list or a NumPy array of axes, as JAX's own.
+  for axes in (0, (0,), [0], np.array([0])):
+    for dtype in ("e4m3", jnp.float32):
+      init = inits.variance_scaling(1.0, "fan_in", "normal", in_axis=axes)
+      assert init(KEY, (4, 4), dtype).shape == (4, 4)
+
+
 def test_initializer_axes_of_another_type_are_a_type_error():
   with pytest.raises(TypeError, match="`in_axis` argument to `lecun_normal` "
                      "must be an int or a sequence of ints, got 'a'"):
     inits.lecun_normal(in_axis="a")(KEY, (4, 4), "e4m3")
+  # JAX takes a Python int alone, not a NumPy scalar.
+  with pytest.raises(TypeError, match="`out_axis` argument to `he_normal`"):
+    inits.he_normal(out_axis=np.int64(1))(KEY, (4, 4), jnp.float32)
 
 
 @pytest.mark.parametrize("fn", ["mx.matmul", "mx.dot_general",

@@ -135,12 +135,17 @@ def _axes_checker(fn: str, in_axis, out_axis, batch_axis
   ints within the shape's axes (JAX's own gives a bare IndexError)."""
   def check(shape: tuple[int, ...]) -> None:
     ndim = len(shape)
-    if in_axis == -2 and ndim <= 1 and not isinstance(in_axis, bool):
+    if isinstance(in_axis, int) and in_axis == -2 and ndim <= 1:
       return  # JAX's own ValueError says it: the default needs 2 axes
     for arg, axes in (("in_axis", in_axis), ("out_axis", out_axis),
                       ("batch_axis", batch_axis)):
-      many = isinstance(axes, Sequence) and not isinstance(axes, str)
-      for axis in (axes if many else (axes,)):
+      # A Python int, or any iterable of ints (a tuple, a list, a NumPy
+      # array), as JAX's _compute_fans takes them.
+      try:
+        listed = ([axes] if isinstance(axes, (int, str)) else list(axes))
+      except TypeError:
+        listed = [None]  # a scalar that is not a Python int
+      for axis in listed:
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
           raise TypeError(f"`{arg}` argument to `{fn}` must be an int or a "
                           f"sequence of ints, got {axes!r}")
