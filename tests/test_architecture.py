@@ -7,7 +7,8 @@
 - ``jaxfp8/_src`` imports neither the public modules nor the tools; the
   library never imports ``jaxfp8.tools``.
 - Every module of ``jaxfp8/_src`` has at most 500 lines.
-- Flax, Haiku, Equinox and orbax are imported only by integration modules.
+- Flax, Haiku, Equinox, orbax, evosax, gymnax and spyx are imported only by
+  integration modules.
 - No folder of ``jaxfp8`` holds three or more modules sharing a name prefix
   (``mx_quantize``, ``mx_pack``, ``mx_train`` want a folder ``mx/``).
 """
@@ -22,10 +23,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxfp8"
 MAX_LINES = 500
 # Modules that may import a framework (each integrates jaxfp8 with one).
 INTEGRATIONS = {
-    "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8.flax_modules",
+    "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.es.evosax_strategy",
+    "jaxfp8._src.fp8.flax_modules",
     "jaxfp8._src.install.api", "jaxfp8._src.mx.linen", "jaxfp8._src.mx.nnx",
 }
-FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
+FRAMEWORKS = ("flax", "haiku", "equinox", "orbax", "evosax", "gymnax", "spyx")
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -25,11 +25,23 @@ and in float32, the compiled program's ``memory_analysis()`` (argument +
 output + temporaries) and the peak RSS of a fresh process that compiles and
 runs it once (``getrusage``), with ratios fp8 / float32. Target: <= 0.25x
 for the antithetic population at 4096 x 100,000 (``--size 4096x100000``).
+
+``--evosax`` compares evosax's own ``ask`` with
+:class:`jaxfp8.es.EvosaxStrategy`'s (its noise in ``fmt`` by each method),
+for evosax's ``Open_ES`` (antithetic) and ``SNES`` (not): times at
+``popsize`` x ``params``, round-robin in one run, as speed-ups over evosax's
+(higher is faster); and memory by the compiled programs'
+``memory_analysis()`` (output + temporaries: what ``ask`` hands out and
+what it needs to make it; also each ``tell``'s argument + output +
+temporaries) at 4096 x 100,000, compiled, not run. Target: <= 0.3x
+evosax's ``ask``. ``--quick`` shrinks every mode to a smoke test (64 x 1000,
+one repeat; ``--evosax`` then measures memory at that size too).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -51,6 +63,10 @@ from jaxfp8.tools.options import int_at_least
 
 # Throughput of perturbations (exact, not antithetic) over float32-then-cast.
 _SPEED_TARGET = 3.0
+# The wrapped evosax ask's program (output + temp) over evosax's own.
+_EVOSAX_MEMORY_TARGET = 0.3
+_EVOSAX_MEMORY_SIZE = (4096, 100_000)
+_EVOSAX_STRATEGIES = ("Open_ES", "SNES")
 
 
 def _num(x: float) -> str:
@@ -180,7 +196,15 @@ def main(argv: list[str] | None = None) -> int:
                       help="measure memory instead of time: each call's "
                       "compiled memory analysis and the peak RSS of a fresh "
                       "process, fp8 against float32")
+  parser.add_argument("--evosax", action="store_true",
+                      help="evosax's own ask against jaxfp8.es.EvosaxStrategy"
+                      "'s: time at POPxPARAMS, memory (compiled analysis) at "
+                      "4096x100000")
+  parser.add_argument("--quick", action="store_true",
+                      help="a smoke test: 64x1000, one repeat")
   args = parser.parse_args(argv)
+  if args.quick:
+    args.popsize, args.params, args.repeats = 64, 1000, 1
   if args.size is not None:
     try:
       args.popsize, args.params = (int(v) for v in args.size.lower().split("x"))
@@ -205,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"argument --methods: unknown {', '.join(unknown)}; choose "
                  f"from {', '.join(config.METHODS)}")
   pop, n, dt = args.popsize, args.params, fmt.dtype
+  if args.evosax:
+    try:
+      import evosax  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      parser.error("argument --evosax: needs evosax (pip install evosax)")
+    return _print_evosax(pop, n, fmt, methods, args.repeats,
+                         (pop, n) if args.quick else _EVOSAX_MEMORY_SIZE)
   if args.memory:
     return _print_memory(pop, n, fmt)
   half = pop // 2
@@ -295,4 +326,98 @@ def _print_memory(pop: int, n: int, fmt: formats.Format) -> int:
            / figures[("perturbations", "float32")]["program"])
   print(f"\ntarget <= 0.25x the float32 program (perturbations, antithetic): "
         f"{ratio:.3f}x -> {'met' if ratio <= 0.25 else 'MISSED'}")
+  return 0
+
+
+# -- evosax's ask against the wrapped one --------------------------------------
+
+
+def _evosax_pair(name: str, pop: int, n: int, fmt_name: str, method: str):
+  """An evosax strategy, its wrapper, and ``(key, state, params)`` shapes."""
+  from evosax import algorithms  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.es.evosax_strategy import EvosaxStrategy  # pylint: disable=g-import-not-at-top
+  strategy = getattr(algorithms, name)(pop, jnp.zeros(n))
+  wrapped = EvosaxStrategy(strategy, noise_dtype=fmt_name, method=method)
+  params = strategy.default_params
+  key = jax.random.key(0)
+  state = strategy.init(key, jnp.linspace(-1.0, 1.0, n), params)
+  return strategy, wrapped, (key, state, params)
+
+
+def _program(fn, *args, with_arguments: bool = False) -> int:
+  m = jax.jit(fn).lower(*args).compile().memory_analysis()
+  extra = m.argument_size_in_bytes - m.alias_size_in_bytes
+  return m.output_size_in_bytes + m.temp_size_in_bytes + (
+      extra if with_arguments else 0)
+
+
+def evosax_memory(pop: int, n: int, fmt_name: str, methods) -> list[list[str]]:
+  """Rows of the memory table of ``bench es --evosax`` (compiled, not run)."""
+  rows = []
+  for name in _EVOSAX_STRATEGIES:
+    strategy, _, (key, state, params) = _evosax_pair(name, pop, n, fmt_name,
+                                                     None)
+    state = jax.eval_shape(lambda s: s, state)
+    fitness = jax.ShapeDtypeStruct((pop,), jnp.float32)
+    population = jax.ShapeDtypeStruct((pop, n), jnp.float32)
+    base_ask = _program(strategy.ask, key, state, params)
+    base_tell = _program(strategy.tell, key, population, fitness, state,
+                         params, with_arguments=True)
+    rows.append([name, "evosax (float32)", _mib(base_ask), "",
+                 _mib(base_tell), ""])
+    for m in methods:
+      _, wrapped, _ = _evosax_pair(name, pop, n, fmt_name, m)
+      narrow = jax.eval_shape(wrapped.ask, key, state, params)[0]
+      ask = _program(wrapped.ask, key, state, params)
+      tell = _program(wrapped.tell, key, narrow, fitness, state, params,
+                      with_arguments=True)
+      rows.append([name, f"EvosaxStrategy {fmt_name} {m}", _mib(ask),
+                   f"{ask / base_ask:.3f}x", _mib(tell),
+                   f"{tell / base_tell:.3f}x"])
+  return rows
+
+
+def _print_evosax(pop: int, n: int, fmt: formats.Format, methods,
+                  repeats: int, memory_size: tuple[int, int]) -> int:
+  fns, groups = {}, []
+  for name in _EVOSAX_STRATEGIES:
+    strategy, _, (key, state, params) = _evosax_pair(name, pop, n, fmt.name,
+                                                     None)
+    base = f"{name} evosax ask (float32)"
+    ask = jax.jit(strategy.ask)
+    fns[base] = lambda ask=ask, a=(key, state, params): ask(*a)
+    groups.append((base, base, "baseline"))
+    for m in methods:
+      _, wrapped, _ = _evosax_pair(name, pop, n, fmt.name, m)
+      label = f"{name} EvosaxStrategy.ask {m}"
+      ask = jax.jit(wrapped.ask)
+      fns[label] = lambda ask=ask, a=(key, state, params): ask(*a)
+      groups.append((label, base, f"noise in {fmt.name}"))
+  med = timing.interleaved_medians(fns, repeats=repeats, warmup=1)
+  now = datetime.datetime.now(datetime.timezone.utc)
+  print(f"# evosax ask against jaxfp8.es.EvosaxStrategy: {pop} x {n} "
+        f"= {pop * n / 1e6:.1f}M samples, noise in {fmt.name}")
+  print(f"{now:%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, evosax "
+        f"{importlib.metadata.version('evosax')}, {jax.default_backend()}, "
+        f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}")
+  print("speed-up: throughput over evosax's own ask timed in the same run "
+        "(round-robin); higher is faster\n")
+  print(timing.markdown_table(
+      ["ask", "median ms", "M samples/s", "speed-up", "note"],
+      _rows(med, groups, pop * n)))
+  mp, mn = memory_size
+  rows = evosax_memory(mp, mn, fmt.name, methods)
+  print(f"\nmemory at {mp} x {mn}: compiled memory_analysis(), not run; ask "
+        f"= output + temp (what it hands out and its scratch), tell = "
+        f"argument + output + temp\n")
+  print(timing.markdown_table(["strategy", "ask of", "ask MiB", "ask ratio",
+                               "tell MiB", "tell ratio"], rows))
+  worst = max(float(r[3][:-1]) for r in rows if r[3])
+  verdict = "met" if worst <= _EVOSAX_MEMORY_TARGET else "MISSED"
+  if memory_size != _EVOSAX_MEMORY_SIZE:
+    # Below 2^22 entries a half is one draw, whose scratch is its own size.
+    verdict += (f" (the target is for {_EVOSAX_MEMORY_SIZE[0]} x "
+                f"{_EVOSAX_MEMORY_SIZE[1]:,})")
+  print(f"\ntarget <= {_EVOSAX_MEMORY_TARGET:g}x evosax's ask (output + temp): "
+        f"worst {worst:.3f}x -> {verdict}")
   return 0
