@@ -24,6 +24,7 @@ MAX_LINES = 500
 INTEGRATIONS = {
     "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.fp8.flax_modules",
     "jaxfp8._src.install.api", "jaxfp8._src.mx.linen", "jaxfp8._src.mx.nnx",
+    "jaxfp8._src.recipes.linen", "jaxfp8._src.recipes.nnx",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax")
 
