@@ -23,7 +23,7 @@ _constant_guard.guard_constants()
 
 # Submodules and names from heavier modules load on first use.
 _LAZY_MODULES = ("random", "nn", "mx", "ops", "es", "policy", "scaling",
-                 "optim", "checkpoint")
+                 "optim", "checkpoint", "recipes")
 _LAZY_NAMES = {
     "install": "jaxfp8._src.install.api",
     "uninstall": "jaxfp8._src.install.api",

@@ -26,6 +26,7 @@ INTEGRATIONS = {
     "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.es.evosax_strategy",
     "jaxfp8._src.fp8.flax_modules",
     "jaxfp8._src.install.api", "jaxfp8._src.mx.linen", "jaxfp8._src.mx.nnx",
+    "jaxfp8._src.recipes.linen", "jaxfp8._src.recipes.nnx",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax", "evosax", "gymnax", "spyx")
 

@@ -16,14 +16,15 @@ the Flax modules (:mod:`jaxfp8._src.fp8.flax_modules`) keep the state in the
 of handing it to the optimizer. A state used by two calls in one step would
 receive the sum of two states: give each call its own.
 
-This module is the op alone and imports no framework. Every product of
-narrow operands goes through :func:`_matmul`, the one place to swap in a
-hand-written kernel.
+This module is the op's interface alone and imports no framework: the
+scalings become a per-tensor :class:`~jaxfp8._src.recipes.spec.Recipe`
+(``x`` and ``w`` quantized once forward and kept as codes for the backward
+GEMMs, ``dy`` once backward) run by the recipe core,
+:mod:`jaxfp8._src.recipes.core`, whose per-tensor GEMMs multiply the codes
+(the fp8 kernel dispatch) and then each scale.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Optional, Sequence
 
 import jax
@@ -32,139 +33,27 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src.fp8 import scaling
-from jaxfp8._src.fp8.scaling import amax
 from jaxfp8._src.fp8.scaling import CurrentScaling
 from jaxfp8._src.fp8.scaling import DelayedScaling
-from jaxfp8._src.kernels import dispatch as kernels_dispatch
+from jaxfp8._src.mx import gemm as gemm_lib
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.numerics import rounding
 from jaxfp8._src.numerics.codes import as_float32
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.numerics.host import device_array
+from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import spec
 
 DimensionNumbers = tuple[tuple[Sequence[int], Sequence[int]],
                          tuple[Sequence[int], Sequence[int]]]
 
 
-def _operand(q):
-  """A narrow operand XLA can multiply: 8-bit native formats as they are;
-  float4 (no CPU dot) and CodeArrays (float6) decoded to float32, exactly."""
-  if isinstance(q, CodeArray):
-    return decode(q, jnp.float32)
-  if np.dtype(q.dtype).itemsize == 1 and formats.get(q.dtype).bits == 8:
-    return q
-  return q.astype(jnp.float32)
-
-
-def _matmul(lhs_q, rhs_q, dimension_numbers) -> jax.Array:
-  """``dot_general`` of two narrow operands, accumulated in float32."""
-  a, b = _operand(lhs_q), _operand(rhs_q)
-  if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
-    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-  # On a GPU, fp8 x fp8 products run in jaxfp8's Pallas kernel; elsewhere
-  # (and for batched or wide operands) this is lax.dot_general itself.
-  return kernels_dispatch.dot_general(
-      a, b, dimension_numbers, preferred_element_type=jnp.float32)
-
-
-def _kept(ndim: int, *groups) -> list[int]:
-  used = {int(d) for g in groups for d in g}
-  return [d for d in range(ndim) if d not in used]
-
-
-def _transpose_lhs(g, lhs_ndim: int, rhs, dimension_numbers, swap_ans=False):
-  """The cotangent of ``lhs`` in ``dot_general(lhs, rhs)`` given ``g``.
-
-  ``g``'s axes are (batch, lhs kept, rhs kept), or (batch, rhs kept, lhs
-  kept) when ``swap_ans``; contracting ``g``'s rhs-kept axes with ``rhs``
-  gives (batch, lhs kept, lhs contracting in rhs's order), then permuted back.
-  """
-  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
-  rhs_ndim = rhs.ndim
-  l_kept = _kept(lhs_ndim, l_con, l_bat)
-  r_kept = _kept(rhs_ndim, r_con, r_bat)
-  nb = len(l_bat)
-  if swap_ans:
-    g_r = list(range(nb, nb + len(r_kept)))
-  else:
-    g_r = list(range(nb + len(l_kept), nb + len(l_kept) + len(r_kept)))
-  dims = ((g_r, r_kept), (list(range(nb)), list(r_bat)))
-  out = _matmul(g, rhs, dims)
-  l_con_by_r = [l_con[i] for i in np.argsort(r_con)]
-  perm = np.argsort(list(l_bat) + l_kept + l_con_by_r)
-  return lax.transpose(out, tuple(int(p) for p in perm))
-
-
-def _transpose_rhs(g, lhs, rhs_ndim: int, dimension_numbers):
-  (l_con, r_con), (l_bat, r_bat) = dimension_numbers
-  swapped = ((r_con, l_con), (r_bat, l_bat))
-  return _transpose_lhs(g, rhs_ndim, lhs, swapped, swap_ans=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-  dimension_numbers: Any
-  out_dtype: Any
-  lhs_dtype: Any
-  rhs_dtype: Any
-
-
-def _freeze_dims(dimension_numbers) -> DimensionNumbers:
-  (lc, rc), (lb, rb) = dimension_numbers
-  t = lambda s: tuple(int(d) for d in s)
-  return ((t(lc), t(rc)), (t(lb), t(rb)))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _scaled_dot(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
-                static: _Static):
-  return _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
-                         static)[0]
-
-
-def _quantize_operand(x, scaler):
-  """(narrow ``x / scale``, scale, next scaling state) for ``x``.
-
-  Called inside the ``custom_vjp`` only, so ``round_to``'s straight-through
-  rule never applies: the backward pass is written out below.
-  """
-  x32 = x.astype(jnp.float32)
-  scale = scaler.scale_for(x32)
-  # scaling.divide, as scaling.quantize: x32 / scale flushes subnormals.
-  return (rounding.round_to(scaling.divide(x32, scale), scaler.format), scale,
-          scaler.update(amax(x32)))
-
-
-def _to_dtype(x: jax.Array, dtype: np.dtype) -> jax.Array:
-  """``x.astype(dtype)``, saturating (jaxfp8.cast) into a narrow dtype, where
-  ``astype`` would give NaN (e4m3fn) or Inf past the format's max."""
-  if not formats.is_narrow(dtype):
-    return x.astype(dtype)
-  return rounding.round_to(x.astype(jnp.float32), dtype)
-
-
-def _scaled_dot_fwd(lhs, rhs, lhs_scaling, rhs_scaling, grad_scaling,
-                    static: _Static):
-  q_l, s_l, next_l = _quantize_operand(lhs, lhs_scaling)
-  q_r, s_r, next_r = _quantize_operand(rhs, rhs_scaling)
-  # One scale at a time: s_l * s_r alone may overflow where the result won't.
-  out = _matmul(q_l, q_r, static.dimension_numbers) * s_l * s_r
-  res = (q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling)
-  return _to_dtype(out, static.out_dtype), res
-
-
-def _scaled_dot_bwd(static: _Static, res, g):
-  q_l, s_l, next_l, q_r, s_r, next_r, grad_scaling = res
-  q_g, s_g, next_g = _quantize_operand(g, grad_scaling)
-  dims = static.dimension_numbers
-  d_lhs = _transpose_lhs(q_g, q_l.ndim, q_r, dims) * s_g * s_r
-  d_rhs = _transpose_rhs(q_g, q_l, q_r.ndim, dims) * s_g * s_l
-  return (_to_dtype(d_lhs, static.lhs_dtype),
-          _to_dtype(d_rhs, static.rhs_dtype), next_l, next_r, next_g)
-
-
-_scaled_dot.defvjp(_scaled_dot_fwd, _scaled_dot_bwd)
+def _quantizer(s) -> spec.Quantizer:
+  """The core's per-tensor quantizer of a scaling object."""
+  return spec.Quantizer("tensor", s.format,
+                        scale="pow2" if s.power_of_two else "float32",
+                        delayed=isinstance(s, DelayedScaling),
+                        margin=s.margin)
 
 
 def _check_scaling(s, arg: str, default: str):
@@ -197,11 +86,7 @@ def _dot_operand(x: Any, arg: str) -> jax.Array:
 def _out_dtype(lhs_dtype, rhs_dtype, preferred: Any) -> np.dtype:
   if preferred is not None:
     return formats.result_dtype(preferred, fn="fp8_dot_general")
-  if lhs_dtype == rhs_dtype:
-    return np.dtype(lhs_dtype)
-  wide = [jnp.float32 if formats.is_narrow(d) else d
-          for d in (lhs_dtype, rhs_dtype)]
-  return np.dtype(jnp.result_type(*wide))
+  return core.default_out_dtype(lhs_dtype, rhs_dtype)
 
 
 def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
@@ -251,13 +136,20 @@ def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   del precision, kwargs
   lhs, rhs = _dot_operand(lhs, "lhs"), _dot_operand(rhs, "rhs")
   out_dtype = _out_dtype(lhs.dtype, rhs.dtype, preferred_element_type)
-  static = _Static(_freeze_dims(dimension_numbers), out_dtype,
-                   np.dtype(lhs.dtype), np.dtype(rhs.dtype))
-  return _scaled_dot(lhs, rhs,
-                     _check_scaling(lhs_scaling, "lhs_scaling", "e4m3"),
-                     _check_scaling(rhs_scaling, "rhs_scaling", "e4m3"),
-                     _check_scaling(grad_scaling, "grad_scaling", "e5m2"),
-                     static)
+  scalings = (_check_scaling(lhs_scaling, "lhs_scaling", "e4m3"),
+              _check_scaling(rhs_scaling, "rhs_scaling", "e4m3"),
+              _check_scaling(grad_scaling, "grad_scaling", "e5m2"))
+  qx, qw, qg = (_quantizer(s) for s in scalings)
+  recipe = spec.Recipe(fwd=(qx, qw), dgrad=(qg, qw), wgrad=(qx, qg),
+                       name="fp8_dot_general")
+  # The DelayedScaling arguments themselves are the core's state, so their
+  # gradients are the next states.
+  state = {role: s for role, s in zip(spec.ROLES, scalings)
+           if isinstance(s, DelayedScaling)}
+  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim,
+                                 fn="fp8_dot_general")
+  return core.apply(lhs, rhs, dims, recipe, out_dtype=out_dtype,
+                    state=state or None)
 
 
 def fp8_dot_general_reference(lhs, rhs, dimension_numbers, *,

@@ -1,7 +1,10 @@
 """Flax modules around the fp8 ``dot_general``: linen and nnx.
 
-:func:`jaxfp8.policy.fp8_dot_general` (:mod:`jaxfp8._src.fp8.dot`) is the op;
-this module keeps its delayed-scaling state where each Flax API keeps state.
+:func:`jaxfp8.policy.fp8_dot_general` (:mod:`jaxfp8._src.fp8.dot`) is the op,
+the core's per-tensor recipes (``fp8_current``, ``fp8_delayed``); these
+modules are those recipes through the one Flax integration
+(:mod:`jaxfp8._src.recipes.linen`, :mod:`jaxfp8._src.recipes.nnx`), which
+keeps delayed-scaling state where each Flax API keeps state.
 
 * linen: :class:`Fp8DotGeneral` (``nn.Dense(dot_general_cls=...)``) keeps the
   amax histories and scales in the ``_overwrite_with_gradient`` collection
@@ -19,22 +22,16 @@ loads it on first use of one of these names.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from flax import linen as nn
-from flax import nnx
 
 from jaxfp8._src.fp8 import scaling
-from jaxfp8._src.fp8.dot import fp8_dot_general
 from jaxfp8._src.fp8.dot import OVERWRITE_WITH_GRADIENT
-from jaxfp8._src.fp8.scaling import CurrentScaling
-from jaxfp8._src.fp8.scaling import DelayedScaling
 from jaxfp8._src.mx import formats as mx_formats
-
-
-# The three scaled tensors, in fp8_dot_general's argument order.
-_ROLES = ("input", "kernel", "output_grad")
+from jaxfp8._src.recipes import linen as recipe_linen
+from jaxfp8._src.recipes import nnx as recipe_nnx
+from jaxfp8._src.recipes import registry
 
 
 def _check_formats(fwd: Any, bwd: Any, fn: str) -> tuple[str, str]:
@@ -56,6 +53,18 @@ def _check_mode(mode: str, fn: str) -> str:
     raise ValueError(f"`scaling` argument to `{fn}` must be 'current' or "
                      f"'delayed', got {mode!r}")
   return mode
+
+
+def _recipe(fwd_format: Any, bwd_format: Any, mode: str, margin: int,
+            power_of_two: bool, fn: str) -> Any:
+  """The core's per-tensor recipe of these settings (fp8_current or
+  fp8_delayed: the input and kernel in ``fwd_format``, the output gradient
+  in ``bwd_format``)."""
+  fwd, bwd = _check_formats(fwd_format, bwd_format, fn)
+  return registry.get_recipe(
+      "fp8_current" if _check_mode(mode, fn) == "current" else "fp8_delayed",
+      format=fwd, grad_format=bwd, margin=margin,
+      pow2_scales=bool(power_of_two))
 
 
 class Fp8DotGeneral(nn.Module):
@@ -95,36 +104,21 @@ class Fp8DotGeneral(nn.Module):
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):
-    fwd, bwd = _check_formats(self.fwd_format, self.bwd_format,
-                              "Fp8DotGeneral")
-    fmts = (fwd, fwd, bwd)
-    if _check_mode(self.scaling, "Fp8DotGeneral") == "current":
-      states = [CurrentScaling(f, self.margin, self.power_of_two)
-                for f in fmts]
-    else:
-      states = []
-      for role, fmt in zip(_ROLES, fmts):
-        fresh = DelayedScaling.create(
-            fmt, history_length=self.history_length,
-            reduction=self.reduction, margin=self.margin,
-            power_of_two=self.power_of_two)
-        hist = self.variable(OVERWRITE_WITH_GRADIENT,
-                             f"{role}_amax_history",
-                             lambda f=fresh: f.amax_history)
-        scale = self.variable(OVERWRITE_WITH_GRADIENT, f"{role}_scale",
-                              lambda f=fresh: f.scale)
-        states.append(dataclasses.replace(
-            fresh, amax_history=hist.value, scale=scale.value))
-    return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
-                           preferred_element_type, lhs_scaling=states[0],
-                           rhs_scaling=states[1], grad_scaling=states[2])
+    fn = "Fp8DotGeneral"
+    recipe = _recipe(self.fwd_format, self.bwd_format, self.scaling,
+                     self.margin, self.power_of_two, fn)
+    dot = recipe_linen.layer_dot(self, recipe, fn=fn,
+                                 history_length=self.history_length,
+                                 reduction=self.reduction)
+    return dot(lhs, rhs, dimension_numbers, precision,
+               preferred_element_type)
 
 
-class Fp8State(nnx.Variable):
+class Fp8State(recipe_nnx.NnxRecipeState):
   """Delayed-scaling state: replace it with its gradient after each step."""
 
 
-class NnxFp8DotGeneral(nnx.Module):
+class NnxFp8DotGeneral(recipe_nnx.NnxRecipeDotGeneral):
   """fp8 ``dot_general`` as an nnx module: ``nnx.Linear(dot_general=...)``.
 
   Pass an instance (not the class) so its state lives in the model. With
@@ -141,6 +135,7 @@ class NnxFp8DotGeneral(nnx.Module):
   >>> layer.dot_general.input_amax_history[...]  # set by the gradient only
   Array([0., 0., 0., 0.], dtype=float32)
   """
+  state_type = Fp8State
 
   def __init__(self, *args, fwd_format: Any = "float8_e4m3fn",
                bwd_format: Any = "float8_e5m2", scaling: str = "delayed",
@@ -154,33 +149,9 @@ class NnxFp8DotGeneral(nnx.Module):
           f"{len(args)} positional and {sorted(unexpected)} keyword "
           f"arguments: pass an instance, nnx.Linear(..., "
           f"dot_general={fn}()), not the class")
-    self.mode = _check_mode(scaling, fn)
-    fwd, bwd = _check_formats(fwd_format, bwd_format, fn)
-    self.formats = (fwd, fwd, bwd)
-    self.reduction, self.margin = reduction, margin
-    self.power_of_two = bool(power_of_two)
-    if self.mode == "delayed":
-      for role, fmt in zip(_ROLES, self.formats):
-        fresh = DelayedScaling.create(fmt, history_length=history_length,
-                                      reduction=reduction, margin=margin,
-                                      power_of_two=power_of_two)
-        setattr(self, f"{role}_amax_history", Fp8State(fresh.amax_history))
-        setattr(self, f"{role}_scale", Fp8State(fresh.scale))
-
-  def __call__(self, lhs, rhs, dimension_numbers, precision=None,
-               preferred_element_type=None, **kwargs):
-    if self.mode == "current":
-      states = [CurrentScaling(f, self.margin, self.power_of_two)
-                for f in self.formats]
-    else:
-      states = [
-          DelayedScaling(getattr(self, f"{role}_amax_history")[...],
-                         getattr(self, f"{role}_scale")[...], fmt,
-                         self.reduction, self.margin, self.power_of_two)
-          for role, fmt in zip(_ROLES, self.formats)]
-    return fp8_dot_general(lhs, rhs, dimension_numbers, precision,
-                           preferred_element_type, lhs_scaling=states[0],
-                           rhs_scaling=states[1], grad_scaling=states[2])
+    super().__init__(_recipe(fwd_format, bwd_format, scaling, margin,
+                             power_of_two, fn),
+                     history_length=history_length, reduction=reduction)
 
 
 def nnx_apply_fp8_state(model: Any, grads: Any) -> Any:
@@ -194,6 +165,4 @@ def nnx_apply_fp8_state(model: Any, grads: Any) -> Any:
   Returns:
     The remaining gradients (the parameters'), for the optimizer.
   """
-  state, rest = grads.split(Fp8State, ...)
-  nnx.update(model, state)
-  return rest
+  return recipe_nnx.nnx_apply_recipe_state(model, grads, Fp8State)

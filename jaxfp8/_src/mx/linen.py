@@ -8,7 +8,9 @@
   with :func:`~jaxfp8._src.mx.train.dot_general` (``Einsum`` through
   ``jnp.einsum``'s dot_general hook, see :func:`jaxfp8._src.compat.einsum`),
   and layers whose kernel is packed (:mod:`jaxfp8._src.mx.serving`)
-  multiply it as packed.
+  multiply it as packed: the interception of
+  :func:`jaxfp8._src.recipes.linen.intercept_layers` with MX recipes
+  (:func:`jaxfp8._src.recipes.linen.linen_recipe` takes any recipe).
 
 An integration module: it imports Flax, and ``jaxfp8.mx`` loads it on first
 use of one of these names.
@@ -20,13 +22,10 @@ import functools
 from typing import Any, Iterator
 
 from flax import linen as nn
-import jax.numpy as jnp
 
-from jaxfp8._src import compat
-from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx import recipes
-from jaxfp8._src.mx import serving
 from jaxfp8._src.mx import train as mx_train
+from jaxfp8._src.recipes import linen as recipe_linen
 
 
 class MXDotGeneral(nn.Module):
@@ -49,77 +48,6 @@ class MXDotGeneral(nn.Module):
     return mx_train.dot_general(lhs, rhs, dimension_numbers, precision,
                                 preferred_element_type, recipe=recipe,
                                 key=key, **kwargs)
-
-
-def _module_path(module: nn.Module) -> str:
-  return "/".join(str(p) for p in module.path)
-
-
-def _packed_kernel(module: nn.Module) -> mx_lib.MXArray | None:
-  """The layer's kernel if the params it applies from hold it packed."""
-  if module.scope is None or not module.has_variable("params", "kernel"):
-    return None
-  kernel = module.get_variable("params", "kernel")
-  return kernel if serving.is_packed(kernel) else None
-
-
-def _axes(x: Any) -> tuple[int, ...]:
-  return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def _serve_dense(module: nn.Module, kernel: mx_lib.MXArray, dot, inputs):
-  """``Dense`` / ``DenseGeneral.__call__`` with a packed kernel: the same
-  dims and bias, the kernel read as stored (no shape check of the packed
-  leaves against an unpacked init)."""
-  inputs = jnp.asarray(inputs)
-  bias = (module.get_variable("params", "bias")
-          if module.use_bias else None)
-  inputs, bias = module.promote_dtype(inputs, bias, dtype=module.dtype)
-  if isinstance(module, nn.Dense):
-    y = dot(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())))
-    return y if bias is None else y + jnp.reshape(
-        bias, (1,) * (y.ndim - 1) + (-1,))
-  ndim = inputs.ndim
-  axis = tuple(a % ndim for a in _axes(module.axis))
-  batch = tuple(a % ndim for a in _axes(module.batch_dims))
-  features = _axes(module.features)
-  contract = tuple(range(len(batch), len(batch) + len(axis)))
-  y = dot(inputs, kernel, ((axis, contract), (batch, tuple(range(len(
-      batch))))))
-  if bias is None:
-    return y
-  expanded = tuple(inputs.shape[a] if a in batch else 1
-                   for a in range(ndim) if a not in axis)
-  return y + jnp.reshape(bias, expanded + features)
-
-
-def _linen_einsum(module: nn.Einsum, dot, inputs, einsum_str=None, *,
-                  kernel=None):
-  """linen ``Einsum.__call__`` with its contraction through ``dot`` (linen's
-  calls ``jnp.einsum`` with no dot_general hook); ``kernel``: a packed
-  kernel, dequantized (``jnp.einsum`` takes arrays only)."""
-  einsum_str = nn.merge_param("einsum_str", module.einsum_str,
-                              einsum_str).replace(" ", "")
-  if kernel is None:
-    kernel = module.param("kernel", module.kernel_init, module.shape,
-                          module.param_dtype)
-  else:
-    kernel = kernel.dequantize()
-  bias = None
-  if module.use_bias:
-    bias_shape, broadcast = compat.linen_einsum_bias_shape(
-        module, einsum_str, inputs, kernel)
-    bias = module.param("bias", module.bias_init, bias_shape,
-                        module.param_dtype)
-  inputs, kernel, bias = module.promote_dtype(inputs, kernel, bias,
-                                              dtype=module.dtype)
-  y = compat.einsum(einsum_str, inputs, kernel, dot_general=dot,
-                    precision=module.precision,
-                    preferred_element_type=module.preferred_element_type)
-  return y if bias is None else y + jnp.reshape(bias, broadcast)
-
-
-_LINEN_LAYERS = (nn.Dense, nn.DenseGeneral, nn.Einsum)
 
 
 @contextlib.contextmanager
@@ -151,30 +79,12 @@ def linen_mx(rules: Any = None) -> Iterator[None]:
   """
   rules = recipes.check_rules(rules, fn="linen_mx")
 
-  def interceptor(next_fun, args, kwargs, context):
-    module = context.module
-    if (context.method_name != "__call__"
-        or not isinstance(module, _LINEN_LAYERS)):
-      return next_fun(*args, **kwargs)
-    packed = _packed_kernel(module)
-    recipe = recipes.layer_recipe(rules, _module_path(module),
-                                  packed=packed is not None)
+  def dot_for(module, path, packed):
+    del module
+    recipe = recipes.layer_recipe(rules, path, packed=packed is not None)
     if recipe is None:
-      return next_fun(*args, **kwargs)
-    dot = functools.partial(mx_train.dot_general, recipe=recipe)
-    if isinstance(module, nn.Einsum):
-      return _linen_einsum(module, dot, *args, kernel=packed, **kwargs)
-    if packed is not None:
-      return _serve_dense(module, packed, dot, *args, **kwargs)
-    saved = (module.dot_general, module.dot_general_cls)
-    # Frozen dataclass fields, restored at once: only this call sees them.
-    object.__setattr__(module, "dot_general_cls", None)
-    object.__setattr__(module, "dot_general", dot)
-    try:
-      return next_fun(*args, **kwargs)
-    finally:
-      object.__setattr__(module, "dot_general", saved[0])
-      object.__setattr__(module, "dot_general_cls", saved[1])
+      return None
+    return functools.partial(mx_train.dot_general, recipe=recipe)
 
-  with nn.intercept_methods(interceptor):
+  with recipe_linen.intercept_layers(dot_for):
     yield

@@ -8,7 +8,9 @@
   ``Linear`` / ``LinearGeneral`` layers and the ``einsum_op`` of ``Einsum``
   layers whose attribute path matches the rules
   (:mod:`jaxfp8._src.mx.recipes`); layers whose kernel is packed
-  (:mod:`jaxfp8._src.mx.serving`) multiply it as packed.
+  (:mod:`jaxfp8._src.mx.serving`) multiply it as packed: the graph surgery
+  of :func:`jaxfp8._src.recipes.nnx.replace_layers` with MX recipes
+  (:func:`jaxfp8._src.recipes.nnx.nnx_recipe` takes any recipe).
 
 An integration module: it imports Flax, and ``jaxfp8.mx`` loads it on first
 use of one of these names.
@@ -22,10 +24,9 @@ from typing import Any
 from flax import nnx
 import jax
 
-from jaxfp8._src import compat
 from jaxfp8._src.mx import recipes
-from jaxfp8._src.mx import serving
 from jaxfp8._src.mx import train as mx_train
+from jaxfp8._src.recipes import nnx as recipe_nnx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,48 +92,15 @@ class NnxStochasticMXDotGeneral(nnx.Module):
     """The next key of the stream (None for a recipe that needs none)."""
     return self.rngs.mx() if self.recipe.stochastic_grad else None
 
+  def for_call(self) -> Any:
+    """The plain MX ``dot_general`` of one call, the next key bound."""
+    return functools.partial(mx_train.dot_general, recipe=self.recipe,
+                             key=self.next_key())
+
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):
-    return mx_train.dot_general(lhs, rhs, dimension_numbers, precision,
-                                preferred_element_type, recipe=self.recipe,
-                                key=self.next_key(), **kwargs)
-
-
-def _einsum_dot(subscripts, lhs, rhs, *, dot_general, precision=None,
-                preferred_element_type=None, out_sharding=None):
-  """An nnx ``einsum_op``: contractions through ``dot_general``; a packed
-  kernel is dequantized (``jnp.einsum`` takes arrays only)."""
-  lhs, rhs = (x.dequantize() if serving.is_packed(x) else x
-              for x in (lhs, rhs))
-  return compat.einsum(subscripts, lhs, rhs, dot_general=dot_general,
-                       precision=precision,
-                       preferred_element_type=preferred_element_type,
-                       out_sharding=out_sharding)
-
-
-class _StochasticEinsumOp(nnx.Module):
-  """An nnx ``einsum_op`` drawing each call's key from a stochastic dot."""
-
-  def __init__(self, dot: NnxStochasticMXDotGeneral):
-    self.dot = dot
-
-  def __call__(self, subscripts, lhs, rhs, **kwargs):
-    dot = functools.partial(mx_train.dot_general, recipe=self.dot.recipe,
-                            key=self.dot.next_key())
-    return _einsum_dot(subscripts, lhs, rhs, dot_general=dot, **kwargs)
-
-
-@dataclasses.dataclass(frozen=True)
-class _KeepMX:
-  """An nnx ``promote_dtype`` that passes packed kernels through as they are
-  and promotes the other arrays with the layer's own function."""
-  promote: Any
-
-  def __call__(self, arrays, dtype=None, **kwargs):
-    plain = self.promote(tuple(x for x in arrays if not serving.is_packed(x)),
-                         dtype=dtype, **kwargs)
-    it = iter(plain)
-    return tuple(x if serving.is_packed(x) else next(it) for x in arrays)
+    return self.for_call()(lhs, rhs, dimension_numbers, precision,
+                           preferred_element_type, **kwargs)
 
 
 def nnx_mx(model: Any, rules: Any = None, *,
@@ -168,31 +136,17 @@ def nnx_mx(model: Any, rules: Any = None, *,
   if rngs is not None and not isinstance(rngs, nnx.Rngs):
     raise TypeError(f"`rngs` argument to `{fn}` must be None or an nnx.Rngs, "
                     f"got {type(rngs).__name__}")
-  for path, module in list(nnx.iter_graph(model)):
-    if not isinstance(module, (nnx.Linear, nnx.LinearGeneral, nnx.Einsum)):
-      continue
-    packed = serving.is_packed(module.kernel.get_value())
-    recipe = recipes.layer_recipe(rules, "/".join(str(p) for p in path),
-                                  packed=packed)
+
+  def dot_for(path, packed):
+    recipe = recipes.layer_recipe(rules, path, packed=packed)
     if recipe is None:
-      continue
-    if packed:
-      module.promote_dtype = _KeepMX(module.promote_dtype)
-    if recipe.stochastic_grad:
-      if rngs is None:
-        raise ValueError(f"`{fn}`: the recipe of {'/'.join(map(str, path))!r} "
-                         "rounds gradients stochastically and needs a key per "
-                         "step; pass rngs=nnx.Rngs(...)")
-      dot = NnxStochasticMXDotGeneral(recipe, rngs=rngs)
-      # A module with state where the layer had a static function: nnx
-      # needs the change of status said out loud.
-      if isinstance(module, nnx.Einsum):
-        module.einsum_op = nnx.data(_StochasticEinsumOp(dot))
-      else:
-        module.dot_general = nnx.data(dot)
-    elif isinstance(module, nnx.Einsum):
-      module.einsum_op = functools.partial(
-          _einsum_dot, dot_general=NnxMXDotGeneral(recipe))
-    else:
-      module.dot_general = NnxMXDotGeneral(recipe)
-  return model
+      return None
+    if not recipe.stochastic_grad:
+      return NnxMXDotGeneral(recipe)
+    if rngs is None:
+      raise ValueError(f"`{fn}`: the recipe of {path!r} rounds gradients "
+                       "stochastically and needs a key per step; pass "
+                       "rngs=nnx.Rngs(...)")
+    return NnxStochasticMXDotGeneral(recipe, rngs=rngs)
+
+  return recipe_nnx.replace_layers(model, dot_for)

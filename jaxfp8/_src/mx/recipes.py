@@ -7,11 +7,10 @@ scale mode, the block size and stochastic rounding of the output gradient;
 :func:`get_recipe` reads one from a preset or a jmp-style string.
 
 Rules say which layers of a model train in MX, and with which recipe
-(:func:`check_rules`, :func:`layer_recipe`): ``(regex, recipe)`` pairs,
-matched in order with ``re.search`` against the module path joined by ``/``
-(``"Dense_0"``, ``"block/attn"``); the first match decides, a recipe of None
-leaves the layer in high precision, and a path no rule matches stays as it
-is. The Flax integrations (:mod:`jaxfp8._src.mx.linen`,
+(:func:`check_rules`, :func:`layer_recipe`: the rules of
+:mod:`jaxfp8._src.recipes.rules` read with MX recipes, ``"mxfp8"`` for
+None, and a packed kernel multiplied weight-only where no recipe applies).
+The Flax integrations (:mod:`jaxfp8._src.mx.linen`,
 :mod:`jaxfp8._src.mx.nnx`) apply them.
 """
 from __future__ import annotations
@@ -25,6 +24,7 @@ import numpy as np
 from jaxfp8._src.mx import scales as scales_lib
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.numerics import validate
+from jaxfp8._src.recipes import rules as rules_lib
 
 # The GEMMs of a training step, as MXRecipe names their formats.
 GEMMS: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
@@ -144,11 +144,12 @@ def get_recipe(recipe: Any = "mxfp8") -> MXRecipe:
 # -- rules: which recipe each layer gets ---------------------------------------
 
 # A packed kernel under a rule of None (or none): the activations as given.
-_WEIGHT_ONLY = MXRecipe(fwd=None, dgrad=None, wgrad=None)
+WEIGHT_ONLY = MXRecipe(fwd=None, dgrad=None, wgrad=None)
 
 
 def check_rules(rules: Any, *, fn: str) -> list[tuple[re.Pattern, Any]]:
-  """Rules as compiled ``(pattern, MXRecipe or None)`` pairs.
+  """Rules as compiled ``(pattern, MXRecipe or None)`` pairs
+  (:func:`jaxfp8._src.recipes.rules.check_rules` with MX recipes).
 
   Args:
     rules: ``(regex, recipe)`` pairs (see the module docstring), one recipe
@@ -159,20 +160,7 @@ def check_rules(rules: Any, *, fn: str) -> list[tuple[re.Pattern, Any]]:
   Raises:
     ValueError: for an entry that is not a pair, or a bad recipe.
   """
-  if rules is None:
-    rules = [(".*", "mxfp8")]
-  if isinstance(rules, (str, MXRecipe)):
-    rules = [(".*", rules)]
-  out = []
-  for rule in rules:
-    try:
-      pattern, recipe = rule
-    except (TypeError, ValueError) as e:
-      raise ValueError(f"`rules` argument to `{fn}` must be (regex, recipe) "
-                       f"pairs, got {rule!r}") from e
-    recipe = None if recipe is None else get_recipe(recipe)
-    out.append((re.compile(pattern), recipe))
-  return out
+  return rules_lib.check_rules(rules, fn=fn, get=get_recipe, default="mxfp8")
 
 
 def layer_recipe(rules: list[tuple[re.Pattern, Any]], path: str, *,
@@ -186,11 +174,7 @@ def layer_recipe(rules: list[tuple[re.Pattern, Any]], path: str, *,
       of None, or no rule, it still multiplies as packed, with the
       activations as given (weight-only).
   """
-  for pattern, recipe in rules:
-    if pattern.search(path):
-      break
-  else:
-    recipe = None
+  recipe = rules_lib.layer_recipe(rules, path)
   if recipe is None and packed:
-    return _WEIGHT_ONLY
+    return WEIGHT_ONLY
   return recipe

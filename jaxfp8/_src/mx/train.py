@@ -15,14 +15,17 @@ torchao's MXFP8 linear does): a tensor blocked along one axis can't be
 re-blocked along another without going back to its values, and re-quantizing
 the dequantized forward operand would round twice. How one GEMM quantizes
 and multiplies is :mod:`jaxfp8._src.mx.gemm`; which format each GEMM uses,
-an :class:`~jaxfp8._src.mx.recipes.MXRecipe`.
+an :class:`~jaxfp8._src.mx.recipes.MXRecipe`. The op itself is the
+recipe core's (:mod:`jaxfp8._src.recipes.core`): this module reads an
+MXRecipe into the core's :class:`~jaxfp8._src.recipes.spec.Recipe`
+(:func:`jaxfp8._src.recipes.registry.from_mx`) and checks its arguments
+as it always has.
 
 :func:`fake_quantize` is quantization-aware training's other tool: the
 values an MX format holds, with a straight-through gradient.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -37,6 +40,8 @@ from jaxfp8._src.mx import recipes
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
+from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import registry
 
 
 # -- fake quantization ---------------------------------------------------------
@@ -95,65 +100,6 @@ _identity_grad.defvjp(_identity_grad_fwd, _identity_grad_bwd)
 
 
 # -- the MX dot_general --------------------------------------------------------
-
-def _ranges(*groups):
-  start, out = 0, []
-  for g in groups:
-    out.append(tuple(range(start, start + len(g))))
-    start += len(g)
-  return out
-
-
-def _transpose_dims(dims, lhs_ndim: int, rhs_ndim: int, *, of_rhs: bool):
-  """The GEMM ``dot_general(g, other, dims')`` whose transpose by ``perm`` is
-  the cotangent of lhs (or rhs): JAX's own dot_general transpose rule."""
-  (lc, rc), (lb, rb) = dims
-  if of_rhs:  # the rule for lhs, with the operands swapped
-    lc, rc, lb, rb = rc, lc, rb, lb
-    lhs_ndim, rhs_ndim = rhs_ndim, lhs_ndim
-  lf = gemm_lib.free_dims(lhs_ndim, lc, lb)
-  rf = gemm_lib.free_dims(rhs_ndim, rc, rb)
-  if of_rhs:
-    g_batch, g_other, _ = _ranges(lb, rf, lf)
-  else:
-    g_batch, _, g_other = _ranges(lb, lf, rf)
-  contract_sorted = [lc[i] for i in np.argsort(rc)]
-  perm = tuple(int(i) for i in np.argsort(list(lb) + list(lf)
-                                          + contract_sorted))
-  return ((g_other, rf), (g_batch, rb)), perm
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _mx_dot(lhs, rhs, key, dims, recipe, run):
-  return _mx_dot_fwd(lhs, rhs, key, dims, recipe, run)[0]
-
-
-def _mx_dot_fwd(lhs, rhs, key, dims, recipe, run):
-  gemm_lib.record("fwd", recipe.fwd, lhs, rhs)
-  return (gemm_lib.gemm(lhs, rhs, dims, recipe.fwd, recipe, run),
-          (lhs, rhs, key))
-
-
-def _mx_dot_bwd(dims, recipe, run, res, g):
-  lhs, rhs, key = res
-  kd = kw = None
-  if recipe.stochastic_grad:
-    kd, kw = jax.random.split(key)
-  # dx = dy . w over w's free dims: both blocked along those dims.
-  gemm_lib.record("dgrad", recipe.dgrad, g, rhs)
-  d_dims, perm = _transpose_dims(dims, lhs.ndim, rhs.ndim, of_rhs=False)
-  dx = gemm_lib.gemm(g, rhs, d_dims, recipe.dgrad, recipe, run,
-                     kd).transpose(perm)
-  # dw = x . dy over x's free dims: both blocked along those dims.
-  gemm_lib.record("wgrad", recipe.wgrad, lhs, g)
-  w_dims, perm = _transpose_dims(dims, lhs.ndim, rhs.ndim, of_rhs=True)
-  dw = gemm_lib.gemm(g, lhs, w_dims, recipe.wgrad, recipe, run,
-                     kw).transpose(perm)
-  return dx.astype(lhs.dtype), dw.astype(rhs.dtype), None
-
-
-_mx_dot.defvjp(_mx_dot_fwd, _mx_dot_bwd)
-
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                 precision: Any = None, preferred_element_type: Any = None, *,
@@ -249,4 +195,5 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     key = validate.check_key(key, fn)
   else:
     key = None
-  return _mx_dot(lhs, rhs, key, dims, recipe, run).astype(out_dtype)
+  return core.apply(lhs, rhs, dims, registry.from_mx(recipe),
+                    out_dtype=out_dtype, key=key, run=run)

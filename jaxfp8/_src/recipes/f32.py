@@ -1,0 +1,179 @@
+"""Correctly rounded float32 products and reciprocals that keep subnormals.
+
+The scale rules of Transformer Engine's recipes (:mod:`.blockwise`,
+:mod:`.nvfp4`) are sequences of float32 multiplies and divides, and a GPU
+runs them in IEEE float32 with subnormal operands and results. XLA on CPU
+flushes float32 subnormals to zero in float arithmetic, so a tile of values
+below 2^-126, or a scale whose reciprocal lies there, would come out
+differently. These functions give the IEEE result (round to nearest even)
+on every backend:
+
+* :func:`mul` and :func:`reciprocal` are exact for all finite inputs. They
+  scale the operands into float32's normal range with powers of two (exact
+  on the bit patterns, :mod:`jaxfp8._src.mx.bits`), do the one float
+  operation there, and scale back; a result below 2^-126 would be rounded
+  twice that way, so it is computed from the integer significands instead
+  (a 48-bit product in two 24-bit words; a long division).
+* :func:`mul_into_narrow` is the cheap per-element product used before
+  rounding into a narrow format: exact where ``|x * s| >= 2^-126``, and
+  below that a value under 2^-126 with the right sign, which every fp8/fp4
+  grid rounds to a signed zero just as the exact product would be.
+
+Inputs are float32 arrays; signs follow IEEE (``mul`` of signed values,
+``reciprocal`` of positive ones).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src.mx import bits as bits_lib
+
+U32, I32 = bits_lib.U32, bits_lib.I32
+F32_MAX = np.float32(np.finfo(np.float32).max)
+_MIN_NORMAL_BITS = 0x800000   # 2^-126
+_ONE_BITS = 0x3F800000
+
+
+def _u32(x: jax.Array) -> jax.Array:
+  return lax.bitcast_convert_type(x, U32)
+
+
+def _f32(b: jax.Array) -> jax.Array:
+  return lax.bitcast_convert_type(b, jnp.float32)
+
+
+def _normalized(mag: jax.Array):
+  """Positive finite magnitude bits -> (m, k, s, e): value = m * 2^k with
+  float32 ``m`` in [1, 2), and the integer form ``s * 2^(e - 150)``."""
+  e, s = bits_lib.split(mag)
+  m = _f32((s & 0x7FFFFF) | U32(_ONE_BITS))
+  return m, e - 127, s, e
+
+
+def _subnormal_product(sa, sb, t):
+  """``round(sa * sb / 2^t)`` (nearest even) for 24-bit significands and
+  ``t >= 24``: the bits of a product below 2^-126, in units of 2^-149."""
+  a1, a0 = sa >> 12, sa & 0xFFF
+  b1, b0 = sb >> 12, sb & 0xFFF
+  mid = a1 * b0 + a0 * b1                      # < 2^25
+  lo_full = a0 * b0 + ((mid & 0xFFF) << 12)    # < 2^25
+  lo = lo_full & 0xFFFFFF
+  hi = a1 * b1 + (mid >> 12) + (lo_full >> 24)  # product = hi * 2^24 + lo
+  r = (jnp.clip(t, 24, 55) - 24).astype(U32)   # shift of hi, 0..31
+  q = hi >> r
+  rem = hi & ((U32(1) << r) - 1)
+  half = jnp.where(r == 0, U32(0), U32(1) << jnp.maximum(r, 1) - 1)
+  above = jnp.where(r == 0, lo > 0x800000, (rem > half) | ((rem == half)
+                                                           & (lo > 0)))
+  tie = jnp.where(r == 0, lo == 0x800000, (rem == half) & (lo == 0))
+  return q + (above | (tie & ((q & 1) == 1))).astype(U32)
+
+
+def mul(a: jax.Array, b: jax.Array) -> jax.Array:
+  """``a * b`` in float32, nearest even, subnormal operands and results kept.
+
+  Args:
+    a: float32.
+    b: float32, broadcastable against ``a``.
+
+  Returns:
+    float32: the IEEE product (Inf on overflow; NaN and Inf as IEEE says).
+
+  >>> import jax.numpy as jnp
+  >>> mul(jnp.float32(2.0**-100), jnp.float32(2.0**-40))  # 2^-140
+  Array(7.17e-43, dtype=float32)
+  """
+  a, b = jnp.broadcast_arrays(a, b)
+  ab, bb = _u32(a), _u32(b)
+  sign = (ab ^ bb) & U32(bits_lib.SIGN)
+  ma, mb = ab & 0x7FFFFFFF, bb & 0x7FFFFFFF
+  zero = (ma == 0) | (mb == 0)
+  # Stand-ins for zeros, NaN and Inf, whose products are set at the end.
+  ok = ~zero & (ma < bits_lib.INF) & (mb < bits_lib.INF)
+  fa, ka, sa, ea = _normalized(jnp.where(ok, ma, U32(_ONE_BITS)))
+  fb, kb, sb, eb = _normalized(jnp.where(ok, mb, U32(_ONE_BITS)))
+  p = _u32(fa * fb)  # in [1, 4): normal, one rounding to 24 bits
+  k = ka + kb
+  normal = (p >> 23).astype(I32) - 127 + k >= -126
+  # A rounding to 24 bits followed by one into the subnormals is not one
+  # rounding: below 2^-126 the product comes from the integer significands.
+  out = jnp.where(normal, bits_lib.ldexp(p, k),
+                  _subnormal_product(sa, sb, 151 - ea - eb))
+  out = jnp.where(zero, U32(0), out)
+  inf = U32(bits_lib.INF)
+  nan = ((ma > inf) | (mb > inf) | ((ma == inf) & (mb == 0))
+         | ((mb == inf) & (ma == 0)))
+  out = jnp.where((ma == inf) | (mb == inf), inf, out) | sign
+  return _f32(jnp.where(nan, U32(bits_lib.NAN), out))
+
+
+def _reciprocal_below_normal(mag):
+  """Bits of ``1 / x`` for ``2^126 < x < 2^128`` (a subnormal result):
+  ``round(2^K / s)`` by long division, ``x = s * 2^(e - 150)``, K = 299 - e."""
+  e, s = bits_lib.split(mag)
+
+  def step(_, qr):
+    q, r = qr
+    r = r << 1
+    ge = r >= s
+    return (q << 1) | ge.astype(U32), jnp.where(ge, r - s, r)
+
+  zeros = jnp.zeros_like(s)
+  q, r = lax.fori_loop(0, 45, step, (zeros, jnp.ones_like(s)))  # K = 45
+  q2, r2 = step(0, (q, r))                                       # K = 46
+  q, r = jnp.where(e == 253, q2, q), jnp.where(e == 253, r2, r)
+  up = ((r << 1) > s) | (((r << 1) == s) & ((q & 1) == 1))
+  return q + up.astype(U32)
+
+
+def reciprocal(a: jax.Array) -> jax.Array:
+  """``1 / a`` in float32, nearest even, subnormal operands and results kept.
+
+  Args:
+    a: float32, positive (+0 gives +Inf, +Inf gives 0, NaN gives NaN).
+
+  Returns:
+    float32: the IEEE quotient (Inf where it overflows).
+
+  >>> import jax.numpy as jnp
+  >>> reciprocal(jnp.float32(2.0**127))  # 2^-127, a subnormal
+  Array(5.877472e-39, dtype=float32)
+  """
+  mag = _u32(a) & 0x7FFFFFFF
+  safe = jnp.where(mag == 0, U32(_ONE_BITS), mag)
+  m, k, _, _ = _normalized(safe)
+  normal = bits_lib.ldexp(_u32(np.float32(1) / m), -k)  # 1/m in (1/2, 1]
+  big = safe > U32(0x7E800000)  # 2^126: beyond it 1/a is subnormal
+  out = jnp.where(big, _reciprocal_below_normal(safe), normal)
+  out = jnp.where(mag == 0, U32(bits_lib.INF), out)
+  out = jnp.where(mag == bits_lib.INF, U32(0), out)
+  return _f32(jnp.where(mag > bits_lib.INF, U32(bits_lib.NAN), out))
+
+
+def mul_into_narrow(x: jax.Array, s: jax.Array) -> jax.Array:
+  """``x * s`` for rounding into a narrow format next.
+
+  Args:
+    x: float32 of any finite value (NaN and Inf give NaN or Inf).
+    s: float32 scales, positive normal or ``F32_MAX``, broadcastable.
+
+  Returns:
+    float32: the IEEE product where it is at least 2^-126 in magnitude (Inf
+    on overflow); a value below 2^-126 with the product's sign elsewhere.
+  """
+  bits = _u32(x)
+  mag, sign = bits & 0x7FFFFFFF, bits & U32(bits_lib.SIGN)
+  sub = mag < _MIN_NORMAL_BITS
+  # A subnormal x is its integer mantissa times 2^-149: exactly normal as
+  # mantissa * 2^-85 (= x * 2^64), scaled back after the product.
+  mant = mag.astype(I32).astype(jnp.float32)
+  xm = jnp.where(sub, mant * np.float32(2.0**-85), _f32(mag))
+  y = xm * s
+  y = jnp.where(sub, y * np.float32(2.0**-64), y)
+  return _f32(_u32(y) | sign)
+
+
+__all__ = ["F32_MAX", "mul", "mul_into_narrow", "reciprocal"]

@@ -1,0 +1,146 @@
+"""One GEMM of the recipe core: its two operands quantized, multiplied.
+
+:func:`multiply` multiplies two :class:`Op` operands of one GEMM of
+:mod:`jaxfp8._src.recipes.core` by the path their quantizers allow:
+
+* both per tensor (kind ``"tensor"``, no transform): the narrow codes
+  multiplied with float32 accumulation (``kernels.dispatch.dot_general``:
+  the Pallas fp8 kernel on a GPU where it fits), then the product by one
+  scale and then the other (``s_a * s_b`` alone may overflow where the
+  result won't): :func:`jaxfp8.policy.fp8_dot_general`'s arithmetic.
+* both MX in one format, block size and scale mode, no transform, the
+  second operand rounded to nearest: one GEMM of
+  :func:`jaxfp8._src.mx.gemm.gemm` on its backend, as
+  :func:`jaxfp8.mx.dot_general` runs it.
+* otherwise the exact dequantized values multiplied in float32 at HIGHEST
+  precision: in the operands' own layout where every quantizer is
+  elementwise (``"cast"``, ``"tensor"``) or None, else in the GEMM's view
+  (:func:`jaxfp8._src.recipes.operand.view`), transformed first where the
+  quantizers say so.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.mx import gemm as gemm_lib
+from jaxfp8._src.mx.recipes import MXRecipe
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.recipes import operand
+from jaxfp8._src.recipes.spec import Quantizer
+
+
+def elementwise(q: Optional[Quantizer]) -> bool:
+  """Quantized the same whatever the GEMM's axis (kept as codes)."""
+  return q is not None and q.kind in ("tensor", "cast") and not q.transform
+
+
+def mx_pair(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> bool:
+  """Whether one MX GEMM of :mod:`jaxfp8._src.mx.gemm` multiplies them."""
+  return (qa is not None and qb is not None and qa.kind == qb.kind == "mx"
+          and (qa.format, qa.block, qa.scale) == (qb.format, qb.block, qb.scale)
+          and not qa.transform and not qb.stochastic)
+
+
+def mx_recipe(q: Quantizer) -> MXRecipe:
+  """The MXRecipe :mod:`jaxfp8._src.mx.gemm` reads ``q``'s block from."""
+  return MXRecipe(q.format, q.format, q.format, scale_mode=q.scale,
+                  block_size=q.block_size)
+
+
+def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
+  """The format :func:`jaxfp8._src.mx.gemm.trace_gemms` records."""
+  fa, fb = (None if q is None else q.format for q in (qa, qb))
+  return fa if fa == fb else f"{fa}*{fb}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+  """A GEMM operand: float32 values, and codes and scale where kept."""
+  x: Any
+  q: Optional[Quantizer]
+  codes: Any = None
+  scale: Any = None
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    return tuple((self.x if self.x is not None else self.codes).shape)
+
+
+def prepare(x32, q: Optional[Quantizer], state=None) -> Op:
+  """``x32`` as an operand quantized by ``q``: elementwise quantizers
+  quantize now (once per tensor), the others in the GEMM's view."""
+  if elementwise(q):
+    return Op(x32, q, *operand.quantize_tensor(x32, q, state))
+  return Op(x32, q)
+
+
+def _narrow(c):
+  """A narrow operand XLA can multiply: 8-bit native formats as they are;
+  float4 (no CPU dot) and CodeArrays (float6) decoded to float32, exactly."""
+  if isinstance(c, CodeArray):
+    return decode(c, jnp.float32)
+  if np.dtype(c.dtype).itemsize == 1 and formats.get(c.dtype).bits == 8:
+    return c
+  return c.astype(jnp.float32)
+
+
+def _codes_dot(ca, cb, dims) -> jax.Array:
+  a, b = _narrow(ca), _narrow(cb)
+  if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
+    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+  return dispatch.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _dot(a, b, dims) -> jax.Array:
+  return lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST,
+                         preferred_element_type=jnp.float32)
+
+
+def _keys(key, n: int) -> list:
+  if n <= 1:
+    return [key] * n
+  return list(jax.random.split(key, n))
+
+
+def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key) -> jax.Array:
+  """``dot_general(a, b, dims)`` of the quantized operands, float32."""
+  qa, qb = a.q, b.q
+  if all(elementwise(q) and q.kind == "tensor" for q in (qa, qb)):
+    return _codes_dot(a.codes, b.codes, dims) * a.scale * b.scale
+  if mx_pair(qa, qb):
+    return gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
+                         key if qa.stochastic else None)
+  value = lambda o: (operand.dequantize_elementwise(o.codes, o.scale)
+                     if o.codes is not None else o.x)
+  transform = qa is not None and qa.transform or qb is not None and qb.transform
+  if not transform and all(q is None or elementwise(q) for q in (qa, qb)):
+    return _dot(value(a), value(b), dims)
+  stochastic = [o.q is not None and o.q.stochastic for o in (a, b)]
+  keys = _keys(key, int(bool(transform)) + sum(stochastic))
+  (ac, bc), (ab, bb) = dims
+  av = operand.view(value(a), ab, ac)
+  bv = operand.view(value(b), bb, bc)
+  if transform:
+    av, bv = operand.rht_pair(av, bv, keys.pop(0))
+  quantized = []
+  for o, v, sr in ((a, av, stochastic[0]), (b, bv, stochastic[1])):
+    if o.q is not None and (transform or not elementwise(o.q)):
+      v = operand.quantize_view(v, o.q, keys.pop(0) if sr else None)
+    quantized.append(v)
+  out = operand.view_dot(*quantized, len(ab))
+  return operand.unview(out, a.shape, b.shape, dims)
+
+
+def record(name: str, pair, a, b) -> None:
+  """Records the GEMM for :func:`jaxfp8._src.mx.gemm.trace_gemms`; ``a``,
+  ``b``: arrays or :class:`Op`."""
+  gemm_lib.record(name, label(*pair), a, b)

@@ -1,0 +1,270 @@
+"""Flax nnx around the recipe core: a dot_general module and conversion.
+
+* :class:`NnxRecipeDotGeneral`: the core ``dot_general``
+  (:func:`jaxfp8._src.recipes.core.dot_general`) with any recipe, for
+  ``nnx.Linear(dot_general=NnxRecipeDotGeneral("fp8_delayed"))``.
+* :func:`nnx_recipe`: replaces in place (graph surgery) the ``dot_general``
+  of ``Linear`` / ``LinearGeneral`` layers and the ``einsum_op`` of
+  ``Einsum`` layers whose attribute path matches the rules
+  (:mod:`jaxfp8._src.recipes.rules`); layers whose kernel is packed
+  (:mod:`jaxfp8._src.mx.serving`) multiply it as packed.
+
+Where a layer keeps what its recipe needs:
+
+* Delayed scaling: :class:`NnxRecipeState` variables of the
+  :class:`NnxRecipeDotGeneral` (Flax's names: ``input_amax_history``,
+  ``input_scale``, ``kernel_...``, ``output_grad_...``). Take the gradient
+  with respect to them too (``nnx.DiffState(0, (nnx.Param,
+  NnxRecipeState))``): it is the next state, which
+  :func:`nnx_apply_recipe_state` writes back into the model, returning the
+  parameters' gradient for the optimizer. A layer called twice in one step
+  (tied weights) gets the sum of two next states: give each call its own.
+* Stochastic rounding and random Hadamard transforms: the next key of the
+  ``"recipe"`` stream of an ``nnx.Rngs`` (its ``default`` stream where it
+  has no ``"recipe"`` one) on every call, so successive steps differ and
+  the seed reproduces them (the stream's count is state that ``nnx.jit``
+  carries between steps).
+
+:func:`replace_layers` is the graph surgery itself, shared with
+:func:`jaxfp8._src.mx.nnx.nnx_mx`. An integration module: it imports Flax,
+and ``jaxfp8.recipes`` loads it on first use of one of these names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+from flax import nnx
+import jax
+
+from jaxfp8._src import compat
+from jaxfp8._src.mx import serving
+from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import layer_state
+from jaxfp8._src.recipes import registry
+from jaxfp8._src.recipes import rules as rules_lib
+
+# The nnx.Rngs stream the keys of stochastic rounding and RHT come from.
+RNG_STREAM = "recipe"
+
+
+class NnxRecipeState(nnx.Variable):
+  """Delayed-scaling state of a recipe: replace it with its gradient after
+  each step (:func:`nnx_apply_recipe_state`)."""
+
+
+class NnxRecipeDotGeneral(nnx.Module):
+  """The core ``dot_general`` with any recipe, as an nnx module:
+  ``nnx.Linear(..., dot_general=NnxRecipeDotGeneral("fp8_delayed"))``.
+
+  Pass an instance (not the class) so its state lives in the model. See the
+  module docstring for delayed-scaling state and keys.
+
+  Args:
+    recipe: a :class:`~jaxfp8._src.recipes.spec.Recipe`, a registry name or
+      an MX recipe (anything
+      :func:`~jaxfp8._src.recipes.registry.get_recipe` reads).
+    rngs: an ``nnx.Rngs`` (shared with the model, or its own); needed by a
+      recipe that rounds stochastically or applies RHT, unused otherwise.
+    history_length, reduction: delayed-scaling settings
+      (:func:`~jaxfp8._src.recipes.core.init_state`).
+
+  Raises:
+    ValueError: the recipe needs keys and ``rngs`` is None.
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> dot = NnxRecipeDotGeneral("fp8_delayed", history_length=4)
+  >>> layer = nnx.Linear(32, 4, dot_general=dot, rngs=nnx.Rngs(0))
+  >>> layer(jnp.ones((2, 32))).shape
+  (2, 4)
+  >>> dot.input_amax_history[...]  # set by the gradient only
+  Array([0., 0., 0., 0.], dtype=float32)
+  """
+  # The Variable type the state is kept in (a subclass may narrow it).
+  state_type: type[nnx.Variable] = NnxRecipeState
+
+  def __init__(self, recipe: Any = "fp8_current", *,
+               rngs: nnx.Rngs | None = None, history_length: int = 16,
+               reduction: str = "max"):
+    fn = type(self).__name__
+    self.recipe = registry.get_recipe(recipe)
+    if rngs is not None and not isinstance(rngs, nnx.Rngs):
+      raise TypeError(f"`rngs` argument to `{fn}` must be None or an "
+                      f"nnx.Rngs, got {type(rngs).__name__}")
+    if self.recipe.needs_key and rngs is None:
+      raise ValueError(
+          f"`{fn}`: the recipe {self.recipe.name!r} rounds stochastically or "
+          "applies a random Hadamard transform and needs a key per call; "
+          "pass rngs=nnx.Rngs(recipe=seed)")
+    self.rngs = rngs if self.recipe.needs_key else None
+    fresh = core.init_state(self.recipe, history_length=history_length,
+                            reduction=reduction)
+    self.state_def = None if fresh is None else jax.tree.structure(fresh)
+    names = []
+    for name, value in (layer_state.named_leaves(fresh) if fresh else ()):
+      setattr(self, name, self.state_type(value))
+      names.append(name)
+    self.state_names = tuple(names)
+
+  def for_call(self) -> Callable[..., Any]:
+    """The plain ``dot_general`` of one call: the recipe with the current
+    state and the stream's next key bound."""
+    state = None
+    if self.state_def is not None:
+      state = layer_state.rebuild(
+          self.state_def, [getattr(self, n)[...] for n in self.state_names])
+    key = getattr(self.rngs, RNG_STREAM)() if self.rngs is not None else None
+    return functools.partial(core.dot_general, recipe=self.recipe, key=key,
+                             state=state)
+
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+               preferred_element_type=None, **kwargs):
+    return self.for_call()(lhs, rhs, dimension_numbers, precision,
+                           preferred_element_type, **kwargs)
+
+
+def nnx_apply_recipe_state(model: Any, grads: Any,
+                           state_type: Any = NnxRecipeState) -> Any:
+  """Writes the delayed-scaling state found in ``grads`` into ``model``.
+
+  Args:
+    model: the nnx model holding :class:`NnxRecipeDotGeneral` modules.
+    grads: its gradient with respect to ``(nnx.Param, NnxRecipeState)``,
+      whose :class:`NnxRecipeState` part is the next state.
+    state_type: the Variable type (an nnx filter) of the state.
+
+  Returns:
+    The remaining gradients (the parameters'), for the optimizer.
+  """
+  state, rest = grads.split(state_type, ...)
+  nnx.update(model, state)
+  return rest
+
+
+def einsum_dot(subscripts, lhs, rhs, *, dot_general, precision=None,
+               preferred_element_type=None, out_sharding=None):
+  """An nnx ``einsum_op``: contractions through ``dot_general``; a packed
+  kernel is dequantized (``jnp.einsum`` takes arrays only)."""
+  lhs, rhs = (x.dequantize() if serving.is_packed(x) else x
+              for x in (lhs, rhs))
+  return compat.einsum(subscripts, lhs, rhs, dot_general=dot_general,
+                       precision=precision,
+                       preferred_element_type=preferred_element_type,
+                       out_sharding=out_sharding)
+
+
+class EinsumOp(nnx.Module):
+  """An nnx ``einsum_op`` multiplying with a dot_general module's
+  :meth:`~NnxRecipeDotGeneral.for_call` (state and key of this call)."""
+
+  def __init__(self, dot: nnx.Module):
+    self.dot = dot
+
+  def __call__(self, subscripts, lhs, rhs, **kwargs):
+    return einsum_dot(subscripts, lhs, rhs, dot_general=self.dot.for_call(),
+                      **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepPacked:
+  """An nnx ``promote_dtype`` that passes packed kernels through as they are
+  and promotes the other arrays with the layer's own function."""
+  promote: Any
+
+  def __call__(self, arrays, dtype=None, **kwargs):
+    plain = self.promote(tuple(x for x in arrays if not serving.is_packed(x)),
+                         dtype=dtype, **kwargs)
+    it = iter(plain)
+    return tuple(x if serving.is_packed(x) else next(it) for x in arrays)
+
+
+LAYERS = (nnx.Linear, nnx.LinearGeneral, nnx.Einsum)
+
+# dot_for(path, packed) -> the layer's dot_general: a static (hashable)
+# function, an nnx.Module with ``for_call()``, or None to leave it as it is.
+DotFor = Callable[[str, bool], Any]
+
+
+def replace_layers(model: Any, dot_for: DotFor) -> Any:
+  """Gives each nnx ``Linear`` / ``LinearGeneral`` / ``Einsum`` of ``model``
+  the ``dot_general`` that ``dot_for`` returns for it (None: as it is), in
+  place; a packed kernel passes the layer's ``promote_dtype`` as it is."""
+  for path, module in list(nnx.iter_graph(model)):
+    if not isinstance(module, LAYERS):
+      continue
+    packed = serving.is_packed(module.kernel.get_value())
+    dot = dot_for("/".join(str(p) for p in path), packed)
+    if dot is None:
+      continue
+    if packed:
+      module.promote_dtype = KeepPacked(module.promote_dtype)
+    if isinstance(dot, nnx.Module):
+      # A module with state where the layer had a static function: nnx
+      # needs the change of status said out loud.
+      if isinstance(module, nnx.Einsum):
+        module.einsum_op = nnx.data(EinsumOp(dot))
+      else:
+        module.dot_general = nnx.data(dot)
+    elif isinstance(module, nnx.Einsum):
+      module.einsum_op = functools.partial(einsum_dot, dot_general=dot)
+    else:
+      module.dot_general = dot
+  return model
+
+
+def nnx_recipe(model: Any, rules: Any = None, *,
+               rngs: nnx.Rngs | None = None) -> Any:
+  """Trains an nnx model's layers chosen by rules with their rule's recipe,
+  in place.
+
+  ``Linear`` and ``LinearGeneral`` get ``dot_general=NnxRecipeDotGeneral(
+  recipe)``; ``Einsum`` gets an ``einsum_op`` multiplying with one. A layer
+  whose kernel is an MXArray (a model merged from a packed state, see
+  :func:`~jaxfp8._src.mx.serving.quantize_params`) multiplies it as packed,
+  with its rule's MX recipe for the activations, or weight-only under a
+  rule of None or no rule. Paths are the attribute paths joined by ``/``.
+
+  Args:
+    model: an ``nnx.Module``.
+    rules: ``(regex, recipe)`` pairs (see :mod:`jaxfp8._src.recipes.rules`;
+      None keeps a layer in high precision), one recipe for every layer, or
+      None for ``"fp8_current"`` everywhere.
+    rngs: an ``nnx.Rngs`` whose ``"recipe"`` stream gives the keys of
+      recipes that round stochastically or apply RHT (needed when one
+      matches).
+
+  Returns:
+    ``model`` (changed in place), for chaining.
+
+  Raises:
+    ValueError: bad rules, or a matching recipe needs keys and ``rngs`` is
+      None.
+
+  >>> from flax import nnx
+  >>> m = nnx_recipe(nnx.Linear(32, 4, rngs=nnx.Rngs(0)), "fp8_delayed")
+  >>> m.dot_general.state_names[:2]
+  ('output_grad_amax_history', 'output_grad_scale')
+  """
+  fn = "nnx_recipe"
+  rules = rules_lib.check_rules(rules, fn=fn, get=registry.get_recipe,
+                                default="fp8_current")
+  if rngs is not None and not isinstance(rngs, nnx.Rngs):
+    raise TypeError(f"`rngs` argument to `{fn}` must be None or an nnx.Rngs, "
+                    f"got {type(rngs).__name__}")
+
+  def dot_for(path, packed):
+    recipe = rules_lib.layer_recipe(rules, path)
+    if recipe is None:
+      if not packed:
+        return None
+      recipe = registry.get_recipe(None)  # weight-only
+    if recipe.needs_key and rngs is None:
+      raise ValueError(f"`{fn}`: the recipe {recipe.name!r} of {path!r} "
+                       "rounds stochastically or applies a random Hadamard "
+                       "transform and needs a key per call; pass "
+                       "rngs=nnx.Rngs(recipe=seed)")
+    return NnxRecipeDotGeneral(recipe, rngs=rngs)
+
+  return replace_layers(model, dot_for)

@@ -1,0 +1,145 @@
+"""Quantizing one GEMM operand as its :class:`~.spec.Quantizer` says.
+
+Two forms, by what the GEMM needs:
+
+* per tensor (:func:`quantize_tensor`): narrow codes and one float32 scale,
+  in the operand's own layout; the core multiplies the codes and then the
+  scales, as the fp8 ``dot_general`` always has. Kinds ``"tensor"`` and
+  ``"cast"`` quantize elementwise (:func:`dequantize_elementwise` gives
+  their values in the operand's layout).
+* in a GEMM view (:func:`view`, :func:`quantize_view`): the operand
+  transposed and reshaped to (batch..., free, contracting), ``(..., M, K)``,
+  the layout the block quantizers take (each batch element is its own
+  matrix; tensor-level quantities are over the whole operand), optionally
+  transformed (:func:`rht_pair`), then quantized and dequantized exactly in
+  float32.
+
+Everything here runs inside the core's ``custom_vjp`` (no straight-through
+rule applies: the backward pass is written out there).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxfp8._src.fp8 import scaling
+from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx import gemm as gemm_lib
+from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.recipes import blockwise
+from jaxfp8._src.recipes import hadamard
+from jaxfp8._src.recipes import nvfp4
+from jaxfp8._src.recipes.spec import Quantizer
+
+# The Hadamard transform's block: it mixes runs of 16 along the contracting
+# axis, the NVFP4 block length.
+RHT_SIZE = 16
+
+
+def float32(x: Any) -> jax.Array:
+  """The operand's values in float32 (narrow and CodeArray ones decoded)."""
+  return gemm_lib.operand_float32(x, fn="dot_general")
+
+
+# -- per tensor ----------------------------------------------------------------
+
+def scaler(q: Quantizer, state: Any = None):
+  """The fp8 scaling object of a ``"tensor"`` quantizer: its delayed
+  ``state``, or a :class:`~jaxfp8._src.fp8.scaling.CurrentScaling`."""
+  if q.delayed:
+    return state
+  return scaling.CurrentScaling(q.format, q.margin, q.scale == "pow2")
+
+
+def quantize_tensor(x32: jax.Array, q: Quantizer, state: Any = None):
+  """``(codes, scale)`` of float32 ``x32``: ``cast(x32 / scale)`` with the
+  scale of :func:`scaler` (``scaling.divide`` keeps subnormal operands).
+  A ``"cast"`` quantizer gives its rounded values and scale None."""
+  if q.kind == "cast":
+    return rounding.round_to(x32, q.format), None
+  scale = scaler(q, state).scale_for(x32)
+  return rounding.round_to(scaling.divide(x32, scale), q.format), scale
+
+
+def dequantize_elementwise(codes: Any, scale: Optional[jax.Array]):
+  """float32 values of :func:`quantize_tensor`'s result, exact."""
+  values = decode(codes, jnp.float32)
+  return values if scale is None else values * scale
+
+
+def next_state(x32: jax.Array, state: Any) -> Any:
+  """The delayed state after recording ``x32``'s amax."""
+  return state.update(scaling.amax(x32))
+
+
+# -- GEMM views ----------------------------------------------------------------
+
+def free_dims(ndim: int, contract: Sequence[int],
+              batch: Sequence[int]) -> tuple[int, ...]:
+  return gemm_lib.free_dims(ndim, contract, batch)
+
+
+def view(x32: jax.Array, batch: Sequence[int],
+         contract: Sequence[int]) -> jax.Array:
+  """``x32`` as (batch..., free, contracting): batch dims in the order
+  given, free dims and contracting dims each flattened in order."""
+  free = free_dims(x32.ndim, contract, batch)
+  shape = [x32.shape[d] for d in batch]
+  size = lambda dims: math.prod(x32.shape[d] for d in dims)
+  return x32.transpose(tuple(batch) + free + tuple(contract)).reshape(
+      shape + [size(free), size(contract)])
+
+
+def rht_pair(a: jax.Array, b: jax.Array, key: jax.Array):
+  """Both views transformed along K with the same random signs (so the
+  transforms cancel in ``a . b``: the Hadamard matrix is orthogonal)."""
+  signs = hadamard.random_signs(key, RHT_SIZE)
+  return hadamard.rht(a, signs), hadamard.rht(b, signs)
+
+
+def quantize_view(v: jax.Array, q: Optional[Quantizer],
+                  key: Optional[jax.Array] = None) -> jax.Array:
+  """The float32 values a view holds after quantizing by ``q`` (None: as
+  given); ``key`` for stochastic rounding."""
+  if q is None:
+    return v
+  if q.kind in ("cast", "tensor"):
+    return dequantize_elementwise(*quantize_tensor(v, q))
+  if q.kind == "block":
+    codes, scales = blockwise.quantize(v, block=q.block, fmt=q.format,
+                                       scale=q.scale)
+    return blockwise.dequantize(codes, scales, block=q.block)
+  if q.kind == "nvfp4":
+    codes, block_scales, tensor_scale = nvfp4.quantize(
+        v, block=q.block, tensor_scale=q.scale, rounding=q.rounding,
+        key=key if q.stochastic else None)
+    return nvfp4.dequantize(codes, block_scales, tensor_scale, block=q.block)
+  a = mx_lib.quantize(v, q.format, block_size=q.block_size, axis=-1,
+                      scale_mode=q.scale, rounding=q.rounding,
+                      key=key if q.stochastic else None, pad=True)
+  return a.dequantize()
+
+
+def view_dot(a: jax.Array, b: jax.Array, n_batch: int) -> jax.Array:
+  """``a . b`` of two views over K, float32 at HIGHEST: (batch..., M, N)."""
+  batch = tuple(range(n_batch))
+  return lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)),
+                                (batch, batch)),
+                         precision=lax.Precision.HIGHEST,
+                         preferred_element_type=jnp.float32)
+
+
+def unview(out: jax.Array, a_shape: Sequence[int], b_shape: Sequence[int],
+           dims) -> jax.Array:
+  """A view product (batch..., M, N) reshaped to ``dot_general``'s result
+  layout (batch, lhs free, rhs free)."""
+  (ac, bc), (ab, bb) = dims
+  shape = ([a_shape[d] for d in ab]
+           + [a_shape[d] for d in free_dims(len(a_shape), ac, ab)]
+           + [b_shape[d] for d in free_dims(len(b_shape), bc, bb)])
+  return out.reshape(shape)

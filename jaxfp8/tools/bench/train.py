@@ -1,0 +1,115 @@
+"""``python -m jaxfp8 bench train``: a training step per recipe against bf16.
+
+Times one jitted forward and backward pass (the loss, the gradient of every
+weight and, for delayed scaling, the next scaling state) of a stack of
+``--layers`` Dense layers ``width x width`` (GELU between them, mean squared
+error against a fixed target) on a ``batch x width`` input, with every GEMM
+of the step run through ``jaxfp8.recipes.dot_general`` under each named
+recipe (``jaxfp8.recipes.get_recipe``). The functions are timed round-robin
+in one run, each round in a fresh order (:mod:`jaxfp8.tools.timing`), and
+reported as medians and as ratios to the ``bf16`` recipe's median (every
+operand of the three GEMMs rounded to bfloat16), with ``float32`` (no
+recipe: every GEMM as given) for scale.
+
+On a CPU every narrow GEMM is emulated (quantize, exact dequantize, float32
+product), so the ratios say what each recipe's quantization costs, not what
+it would gain on hardware with narrow tensor cores.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+
+import jax
+import jax.numpy as jnp
+
+from jaxfp8 import recipes
+from jaxfp8.tools import timing
+from jaxfp8.tools.options import int_at_least
+
+RECIPES = ("fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4",
+           "nvfp4_no_rht", "nvfp4_no_sr", "nvfp4_1d_weights")
+_DIMS = (((1,), (0,)), ((), ()))  # x (batch, in) . w (in, out)
+
+
+def _step(recipe, layers: int):
+  """A jitted ``(weights, states, x, y) -> (loss, grads, next states)``."""
+  key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
+
+  def loss(ws, states, x, y):
+    for i, w in enumerate(ws):
+      if recipe is None:
+        x = jnp.dot(x, w)
+      else:
+        x = recipes.dot_general(
+            x, w, _DIMS, recipe=recipe, state=states[i],
+            key=None if key is None else jax.random.fold_in(key, i))
+      x = jax.nn.gelu(x) if i < layers - 1 else x
+    return jnp.mean((x - y) ** 2)
+
+  # Delayed scaling: the gradient with respect to the state is the next
+  # state, so one grad call gives both.
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+
+def _recipe_list(text: str) -> list[str]:
+  names = [n.strip() for n in text.split(",") if n.strip()]
+  bad = [n for n in names if n not in recipes.RECIPES]
+  if not names or bad:
+    raise argparse.ArgumentTypeError(
+        f"expected comma-separated recipe names of jaxfp8.recipes.RECIPES "
+        f"({', '.join(recipes.RECIPES)}), got {text!r}")
+  return names
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="jaxfp8 bench train")
+  parser.add_argument("--width", type=int_at_least(16), default=512,
+                      help="input and output width of every layer; a "
+                           "multiple of 16")
+  parser.add_argument("--batch", type=int_at_least(16), default=256,
+                      help="rows of the input; a multiple of 16 (the "
+                           "Hadamard transform of nvfp4 works on 16-row "
+                           "chunks of the weight-gradient GEMM)")
+  parser.add_argument("--layers", type=int_at_least(1), default=3)
+  parser.add_argument("--recipes", type=_recipe_list, default=list(RECIPES),
+                      help="comma-separated recipe names (bf16 and float32 "
+                           "are always timed)")
+  parser.add_argument("--repeats", type=int_at_least(1), default=7)
+  parser.add_argument("--quick", action="store_true",
+                      help="a smoke test: width 64, batch 32, 2 layers, "
+                           "one timed round")
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.width, args.batch, args.layers, args.repeats = 64, 32, 2, 1
+  for name in ("width", "batch"):
+    if getattr(args, name) % 16:
+      parser.error(f"argument --{name}: must be a multiple of 16, got "
+                   f"{getattr(args, name)}")
+  k = jax.random.split(jax.random.key(0), args.layers + 2)
+  x = jax.random.normal(k[0], (args.batch, args.width))
+  y = jax.random.normal(k[1], (args.batch, args.width))
+  ws = [jax.random.normal(ki, (args.width, args.width)) / args.width ** 0.5
+        for ki in k[2:]]
+  names = ["float32", "bf16"] + [n for n in args.recipes
+                                 if n not in ("float32", "bf16")]
+  fns = {}
+  for name in names:
+    recipe = None if name == "float32" else recipes.get_recipe(name)
+    states = [None if recipe is None else recipes.init_state(recipe)
+              for _ in ws]
+    step = _step(recipe, args.layers)
+    fns[name] = (lambda step=step, states=states: step(ws, states, x, y))
+  med = timing.interleaved_medians(fns, repeats=args.repeats,
+                                   warmup=1 if args.quick else 2)
+  print(f"# training step (forward + backward), {args.layers} Dense layers "
+        f"{args.width} x {args.width}, batch {args.batch}, jax "
+        f"{jax.__version__}, {jax.default_backend()}, "
+        f"{platform.processor() or platform.machine()}")
+  print("ratios: median step time over the same-run median of the bf16 "
+        f"step ({args.repeats} rounds, each in a fresh order)\n")
+  print(timing.markdown_table(
+      ["recipe", "step ms", "/ bf16"],
+      [[n, f"{med[n] * 1e3:.2f}", f"{med[n] / med['bf16']:.2f}x"]
+       for n in names]))
+  return 0

@@ -1,0 +1,245 @@
+"""fp8 blockwise (TE Float8BlockScaling): every tile's scale and every element
+against a float64 NumPy reference written from TE's rule, at every edge."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cast_reference import round_reference
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.recipes import blockwise
+from jaxfp8._src.recipes import f32
+
+F32_MAX = float(np.finfo(np.float32).max)
+TINY = 2.0**-126
+
+
+# -- float64 reference ---------------------------------------------------------
+
+def _f32(v):
+  """float64 -> float32, one correct rounding (overflow to Inf)."""
+  with np.errstate(over="ignore"):
+    return np.float32(v)
+
+
+def reference(x, block, fmt, scale):
+  """(element values as float64, decode scales as float32) per TE's rule."""
+  fmt = formats.get(fmt)
+  x = np.asarray(x, np.float32)
+  bm, bk = block
+  m, k = x.shape[-2:]
+  grid = (*x.shape[:-2], -(-m // bm), -(-k // bk))
+  values = np.zeros(x.shape, np.float64)
+  scales = np.zeros(grid, np.float32)
+  for idx in np.ndindex(*grid):
+    *lead, i, j = idx
+    sl = (*lead, slice(i * bm, (i + 1) * bm), slice(j * bk, (j + 1) * bk))
+    tile = x[sl].astype(np.float64)
+    if not np.isfinite(tile).all():
+      scales[idx] = np.nan
+      values[sl] = np.nan
+      continue
+    amax = np.abs(tile).max()
+    if amax == 0:
+      enc = 1.0
+    else:
+      enc = float(_f32(fmt.max / amax))
+      if np.isinf(enc):
+        enc = F32_MAX
+      if scale == "pow2":
+        enc = 2.0**np.floor(np.log2(enc))
+    scales[idx] = _f32(1.0 / enc)
+    y = _f32(tile * enc)  # the float32 product, one rounding
+    values[sl] = round_reference(y, fmt)
+  return values, scales
+
+
+def assert_same(codes, scales, want_values, want_scales):
+  got = np.asarray(codes).astype(np.float64)
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want_values))
+  np.testing.assert_array_equal(got, want_values)  # NaN == NaN here
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want_values))
+  s = np.asarray(scales)
+  np.testing.assert_array_equal(s.view(np.uint32)[~np.isnan(s)],
+                                want_scales.view(np.uint32)[~np.isnan(s)])
+  np.testing.assert_array_equal(np.isnan(s), np.isnan(want_scales))
+
+
+# One row per tile of 8 (block (1, 8)): every edge the rule has.
+_SPECIAL_ROWS = [
+    [0.0] * 8,                                           # all zeros
+    [-0.0, 0.0, -0.0, 0.0, 0.0, 0.0, 0.0, -0.0],         # signed zeros
+    [1e-45, -3e-42, 1e-40, 5e-39, -1e-39, 0.0, 2e-44, 7e-41],  # subnormals
+    [1e-38, -1.1e-38, 3e-39, 1.2e-38, 0.0, -5e-40, 1e-45, 9e-39],
+    [1e-37, -3e-37, 2.5e-37, 1e-40, 0.0, 7e-38, -1e-38, 3e-39],
+    [2e-36, -1.5e-36, 1e-36, 3e-37, 1e-40, 0.0, -2e-36, 4e-38],  # tiny decode
+    [1.31e-36, 1.32e-36, -5e-37, 1e-39, 0.0, 1e-45, 6e-37, 1e-36],
+    [1.0, -2.0, 0.1, np.nan, 3.0, 0.0, -1.0, 5.0],       # NaN inside
+    [1.0, -2.0, np.inf, 0.5, 3.0, 0.0, -1.0, 5.0],       # Inf inside
+    [-np.inf, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+    [F32_MAX, -F32_MAX, 1.0, 0.0, 3e38, -1e38, 2.0, 1e30],  # +-float32 max
+    [448.0, -448.0, 464.0, 480.0, 1.0, -0.001, 240.0, 0.0],  # +-max, above max
+    [57344.0, 61440.0, -57344.0, 1.0, 2.0, 3.0, 0.5, 0.0],
+    [449.0, 447.9, 1e-3, -1e-5, 2.0**-9, 2.0**-10, 2.0**-7, 3.3],
+    [3.0, 2.9999998, -1.0000001, 0.7, 1e-7, 1e-20, 1e-38, 1e-45],
+    [5.0e-9, -1.3e-9, 7.7e-10, 1e-12, 4.2e-9, 0.0, 1e-20, -5e-9],
+    # amax * fl(448 / amax) rounds above 448 (and above 57344 for e5m2).
+    [1.6369617, -1.6504593, 1.3102418, 0.5, 0.0, -1e-30, 1.0, 0.25],
+]
+
+
+def _special():
+  return np.array(_SPECIAL_ROWS, np.float32)
+
+
+# -- tests ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("scale", ["pow2", "float32"])
+def test_every_edge_tile_matches_the_reference(fmt, scale):
+  x = _special()
+  codes, scales = blockwise.quantize(x, block=(1, 8), fmt=fmt, scale=scale)
+  assert codes.dtype == formats.get(fmt).dtype and codes.shape == x.shape
+  assert scales.dtype == jnp.float32 and scales.shape == (len(x), 1)
+  assert_same(codes, scales, *reference(x, (1, 8), fmt, scale))
+
+
+def test_the_edges_are_there():
+  """The special tiles reach the cases they are named for."""
+  _, scales = blockwise.quantize(_special(), block=(1, 8), scale="float32")
+  s = np.asarray(scales)[:, 0]
+  assert s[0] == 1.0 and s[1] == 1.0                        # zeros: scale 1
+  assert 0 < s[2] < TINY and 0 < s[5] < TINY                # subnormal decode
+  assert s[2] == np.float32(1 / F32_MAX)                    # encode FLT_MAX
+  assert np.isnan(s[7:10]).all()                            # NaN, Inf tiles
+  _, pow2 = blockwise.quantize(_special(), block=(1, 8))
+  assert np.asarray(pow2)[2, 0] == np.float32(2.0**-127)    # encode 2^127
+  amax = np.float32(1.6504593)                              # just above max
+  assert _f32(float(amax) * float(_f32(448 / float(amax)))) > 448
+  codes, _ = blockwise.quantize(_special(), block=(1, 8), scale="float32")
+  assert np.asarray(codes).astype(np.float64)[16, 1] == -448  # saturated
+  # With float32 scales every other finite tile's amax element lands on max.
+  c = np.abs(np.asarray(codes).astype(np.float64))
+  assert (c[[5, 6, 10, 11, 12, 13, 14, 15]].max(axis=1) == 448).all()
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)], ids=str)
+@pytest.mark.parametrize("scale", ["pow2", "float32"])
+def test_ragged_random_tensors(block, scale):
+  """Batched, ragged in M and K, magnitudes varying per row and column."""
+  rng = np.random.default_rng(0)
+  shape = (2, 130, 300) if block[0] > 1 else (2, 5, 300)
+  mags = 2.0 ** rng.integers(-30, 30, size=shape[:-1] + (1,))
+  x = (rng.standard_normal(shape) * mags
+       * 2.0 ** rng.integers(-3, 3, size=shape[-1])).astype(np.float32)
+  codes, scales = blockwise.quantize(x, block=block, scale=scale)
+  assert scales.shape == blockwise.block_grid(shape, block)
+  assert_same(codes, scales, *reference(x, block, "float8_e4m3fn", scale))
+  # Dequantize: each product rounded once.
+  want = _f32(np.asarray(codes).astype(np.float64) * np.repeat(
+      np.repeat(np.asarray(scales, np.float64), block[0], -2), block[1],
+      -1)[..., :shape[-2], :shape[-1]])
+  np.testing.assert_array_equal(
+      np.asarray(blockwise.dequantize(codes, scales, block=block)), want)
+
+
+def test_a_partial_tile_takes_the_amax_of_its_own_elements():
+  x = np.ones((3, 130), np.float32) * 100.0
+  x[:, 128:] = [0.3, -0.01]
+  _, scales = blockwise.quantize(x, block=(1, 128), scale="float32")
+  _, alone = blockwise.quantize(x[:, 128:], block=(1, 128), scale="float32")
+  np.testing.assert_array_equal(np.asarray(scales)[:, 1],
+                                np.asarray(alone)[:, 0])
+  assert np.asarray(scales)[0, 1] == 1 / np.float32(448 / np.float32(0.3))
+
+
+def test_square_blocks_are_shared_by_the_transpose():
+  """A weight's (N, N) blocks serve both GEMMs that use it."""
+  x = np.random.default_rng(1).standard_normal((40, 24)).astype(np.float32)
+  c, s = blockwise.quantize(x, block=(16, 16))
+  ct, st = blockwise.quantize(x.T, block=(16, 16))
+  np.testing.assert_array_equal(np.asarray(c).T.view(np.uint8),
+                                np.asarray(ct).view(np.uint8))
+  np.testing.assert_array_equal(np.asarray(s).T, np.asarray(st))
+
+
+def test_dequantize_keeps_subnormal_products():
+  """Decode scales below 2^-126 (tiles of values near 1e-36): the products
+  are rounded once, not flushed."""
+  x = _special()
+  codes, scales = blockwise.quantize(x, block=(1, 8), scale="float32")
+  got = np.asarray(blockwise.dequantize(codes, scales, block=(1, 8)))
+  want = _f32(np.asarray(codes).astype(np.float64) * np.asarray(
+      scales, np.float64))
+  np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(got)],
+                                want.view(np.uint32)[~np.isnan(got)])
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want) | np.isnan(
+      np.asarray(codes).astype(np.float64)))
+  assert (0 < np.abs(got[2:7])).any() and (np.abs(got[2:7]) < TINY).any()
+
+
+def test_jit_gives_the_same_bits():
+  x = _special()[:6]
+  f = jax.jit(lambda x: blockwise.quantize(x, block=(2, 8), scale="float32"))
+  c1, s1 = f(x)
+  c2, s2 = blockwise.quantize(x, block=(2, 8), scale="float32")
+  np.testing.assert_array_equal(np.asarray(c1).view(np.uint8),
+                                np.asarray(c2).view(np.uint8))
+  np.testing.assert_array_equal(np.asarray(s1), np.asarray(s2))
+
+
+def test_exact_float32_helpers():
+  """f32.mul / reciprocal against float64, across the subnormal boundary."""
+  rng = np.random.default_rng(2)
+  a = (rng.uniform(1, 2, 4000) * 2.0 ** rng.integers(-149, 0, 4000))
+  b = (rng.uniform(1, 2, 4000) * 2.0 ** rng.integers(-60, 60, 4000))
+  a, b = _f32(a) * rng.choice([-1, 1], 4000).astype(np.float32), _f32(b)
+  a[:8] = [np.inf, -np.inf, np.nan, 0.0, -0.0, np.inf, 1e-45, F32_MAX]
+  b[:8] = [1e-45, 2.0, 1.0, np.inf, 3.0, 0.0, -0.0, 2.0]
+  # Ties among the subnormals (to even), with both shifts of the product.
+  a[8:13] = _f32(np.array([3, 5, 7, 2**23 + 1, 2**23 + 3]) * 2.0**-149)
+  b[8:13] = 0.5
+  got = np.asarray(f32.mul(a, b))
+  with np.errstate(invalid="ignore"):
+    want = _f32(a.astype(np.float64) * b.astype(np.float64))
+  assert list(got[8:13].view(np.uint32)) == [2, 2, 4, 2**22, 2**22 + 2]
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  got, want = got[~np.isnan(want)], want[~np.isnan(want)]
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  r = _f32(rng.uniform(1, 2, 4000) * 2.0 ** rng.integers(-149, 128, 4000))
+  r[:6] = [2.0**126, np.nextafter(np.float32(2.0**126), np.float32(np.inf)),
+           np.float32(F32_MAX), 1e-45, np.inf, 0.0]
+  got = np.asarray(f32.reciprocal(r))
+  with np.errstate(divide="ignore"):
+    want = _f32(1.0 / r.astype(np.float64))
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(block=(1, 0)), ValueError, "block"),
+    (dict(block=128), TypeError, "block"),
+    (dict(block=(1, 8), fmt="float4_e2m1fn"), ValueError, "fmt"),
+    (dict(block=(1, 8), fmt="nope"), ValueError, "fmt"),
+    (dict(block=(1, 8), scale="e8m0"), ValueError, "scale"),
+])
+def test_bad_arguments_raise(kwargs, error, match):
+  with pytest.raises(error, match=match):
+    blockwise.quantize(np.ones((2, 8), np.float32), **kwargs)
+
+
+def test_bad_shapes_raise():
+  with pytest.raises(ValueError, match="two axes"):
+    blockwise.quantize(np.ones(8, np.float32), block=(1, 8))
+  codes, scales = blockwise.quantize(np.ones((2, 8), np.float32), block=(1, 4))
+  with pytest.raises(ValueError, match=r"scales.*\(2, 2\)"):
+    blockwise.dequantize(codes, scales[:, :1], block=(1, 4))
+  with pytest.raises(TypeError, match="`x` argument to `quantize`"):
+    blockwise.quantize("abc", block=(1, 8))
+
+
+def test_quantize_has_no_gradient():
+  f = lambda x: blockwise.quantize(x, block=(1, 8))[1].sum()
+  with pytest.raises(TypeError, match="no gradient"):
+    jax.grad(f)(jnp.ones((2, 8)))
