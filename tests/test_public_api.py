@@ -20,6 +20,7 @@ PUBLIC_MODULES = (
     "jaxfp8", "jaxfp8.formats", "jaxfp8.random", "jaxfp8.nn",
     "jaxfp8.nn.initializers", "jaxfp8.policy", "jaxfp8.scaling",
     "jaxfp8.optim", "jaxfp8.mx", "jaxfp8.ops", "jaxfp8.es", "jaxfp8.checkpoint",
+    "jaxfp8.recipes",
 )
 _FILE = pathlib.Path(__file__).with_name("public_api.json")
 

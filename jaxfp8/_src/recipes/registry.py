@@ -127,7 +127,7 @@ def _mx(preset: str):
   return build
 
 
-_FP8 = "fp8 tensor cores: NVIDIA Hopper, Ada, Blackwell; AMD MI300"
+_FP8 = "fp8 tensor cores: NVIDIA Ada, Hopper, Blackwell"
 _BLACKWELL = "NVIDIA Blackwell block-scaled tensor cores"
 _OCP_MX = ("OCP Microscaling Formats (MX) v1.0; Rouhani et al., Microscaling "
            "Data Formats for Deep Learning, arXiv:2310.10537")
