@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="final_loss averages the last TAIL steps")
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args(argv)
-  size = (dict(width=32, layers=2, heads=2, seq=32, batch=8, steps=30, lr=3e-3,
+  size = (dict(width=32, layers=1, heads=2, seq=32, batch=8, steps=24, lr=3e-3,
                windows=32, names="bf16,fp8_delayed,nvfp4") if args.quick else
           dict(width=128, layers=4, heads=4, seq=64, batch=8, steps=400,
                lr=2e-3, windows=256, names=",".join(RECIPES)))

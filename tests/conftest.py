@@ -40,6 +40,8 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jaxfp8"))
 _LONG_FIRST = (
     "tests/fp8/test_sharded_training.py",
     "tests/es/test_es_sharding.py",
+    "tests/recipes/test_transformer_example.py",
+    "tests/es/test_evolve_snn_example.py",
     "tests/es/test_evosax_strategy.py::test_jaxfp8_es_imports_without_evosax",
     "tests/es/test_evosax_strategy.py::test_sharded_population_matches_one_device",
     "tests/mx/test_mx_train_example.py",
