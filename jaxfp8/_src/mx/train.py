@@ -33,11 +33,9 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx import gemm as gemm_lib
 from jaxfp8._src.mx import recipes
-from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
 from jaxfp8._src.recipes import core
@@ -158,24 +156,14 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   del precision, kwargs
   fn = "dot_general"
   recipe = recipes.get_recipe(recipe)
-  if interpret is not None and not isinstance(interpret, bool):
-    raise TypeError(f"`interpret` argument to `{fn}` must be None or a bool, "
-                    f"got {interpret!r}")
-  if preferred_element_type is not None:
-    preferred_element_type = formats.result_dtype(preferred_element_type,
-                                                  fn=fn)
-  run = gemm_lib.Run(backend, interpret)
+  run, preferred_element_type = core.run_options(
+      backend, interpret, preferred_element_type, fn=fn)
   if isinstance(rhs, mx_lib.MXArray):
     return gemm_lib.packed_dot(lhs, rhs, dimension_numbers, recipe,
                                preferred_element_type, run)
-  platform = jax.default_backend()
-  validate.check_choice(backend, dispatch.MX_BACKENDS, "backend", fn)
+  core_recipe = registry.from_mx(recipe)
   # An explicit backend that can't run one of the GEMMs fails here.
-  for g in recipes.GEMMS:
-    fmt = getattr(recipe, g)
-    if fmt is not None:
-      dispatch.mx_backend(platform, fmt, backend=backend, fn=fn,
-                          block_size=gemm_lib.block_size_of(recipe, fmt))
+  core.check_backends(core_recipe, backend, fn=fn)
   validate.check_array(lhs, "lhs", fn)
   validate.check_array(rhs, "rhs", fn)
   lhs, rhs = device_array(lhs), device_array(rhs)
@@ -195,5 +183,5 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     key = validate.check_key(key, fn)
   else:
     key = None
-  return core.apply(lhs, rhs, dims, registry.from_mx(recipe),
-                    out_dtype=out_dtype, key=key, run=run)
+  return core.apply(lhs, rhs, dims, core_recipe, out_dtype=out_dtype, key=key,
+                    run=run)

@@ -318,6 +318,19 @@ def default_out_dtype(lhs_dtype, rhs_dtype) -> np.dtype:
   return np.dtype(jnp.result_type(*wide))
 
 
+def run_options(backend: str, interpret: Any, preferred_element_type: Any, *,
+                fn: str) -> tuple[gemm_lib.Run, Any]:
+  """(how the MX GEMMs run, the checked result dtype or None) of a
+  ``dot_general``'s options: ``interpret`` None or a bool."""
+  if interpret is not None and not isinstance(interpret, bool):
+    raise TypeError(f"`interpret` argument to `{fn}` must be None or a bool, "
+                    f"got {interpret!r}")
+  if preferred_element_type is not None:
+    preferred_element_type = formats.result_dtype(preferred_element_type,
+                                                  fn=fn)
+  return gemm_lib.Run(backend, interpret), preferred_element_type
+
+
 def check_backends(recipe: Recipe, backend: str, *, fn: str) -> None:
   """An explicit MX ``backend`` that can't run one of the recipe's MX GEMMs
   fails here (other GEMMs don't use it)."""
@@ -418,13 +431,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   del precision, kwargs
   fn = "dot_general"
   recipe = registry.get_recipe(recipe)
-  if interpret is not None and not isinstance(interpret, bool):
-    raise TypeError(f"`interpret` argument to `{fn}` must be None or a bool, "
-                    f"got {interpret!r}")
-  if preferred_element_type is not None:
-    preferred_element_type = formats.result_dtype(preferred_element_type,
-                                                  fn=fn)
-  run = gemm_lib.Run(backend, interpret)
+  run, preferred_element_type = run_options(backend, interpret,
+                                            preferred_element_type, fn=fn)
   if isinstance(rhs, mx_lib.MXArray):
     return _packed(lhs, rhs, dimension_numbers, recipe,
                    preferred_element_type, run, fn)
