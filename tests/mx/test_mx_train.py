@@ -7,13 +7,12 @@ Einsum-style dimension numbers.
 """
 from __future__ import annotations
 
-import string
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dot_reference import subscripts
 from jaxfp8 import mx
 from mx_testing import device_normal
 from mx_testing import qdq64
@@ -31,25 +30,6 @@ CASES = {
     "attention": ((2, 32, 2, 32), (2, 32, 2, 32),
                   (((3,), (3,)), ((0, 2), (0, 2)))),
 }
-
-
-def _subscripts(lhs_nd, rhs_nd, dims):
-  """einsum subscripts (lhs, rhs, out) of a dot_general."""
-  (lc, rc), (lb, rb) = dims
-  letters = iter(string.ascii_letters)
-  ls, rs = [None] * lhs_nd, [None] * rhs_nd
-  for a, b in zip(lb, rb):
-    ls[a] = rs[b] = next(letters)
-  for a, b in zip(lc, rc):
-    ls[a] = rs[b] = next(letters)
-  for i in range(lhs_nd):
-    ls[i] = ls[i] or next(letters)
-  for i in range(rhs_nd):
-    rs[i] = rs[i] or next(letters)
-  out = ([ls[a] for a in lb] + [ls[i] for i in range(lhs_nd)
-                                if i not in lc and i not in lb]
-         + [rs[i] for i in range(rhs_nd) if i not in rc and i not in rb])
-  return "".join(ls), "".join(rs), "".join(out)
 
 
 # Every format on 2-D; the other layouts each with two formats (compile time);
@@ -85,7 +65,7 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, fmt,
       a, b, dims, recipe=recipe), x, w).shape
   g = device_normal(seed + 2, y_shape)
   y, dx, dw = gemms(x, w, g)
-  sl, sr, so = _subscripts(len(ls), len(rs), dims)
+  sl, sr, so = subscripts(len(ls), len(rs), dims)
   (lc, rc), (lb, rb) = dims
   lf = [i for i in range(len(ls)) if i not in lc and i not in lb]
   rf = [i for i in range(len(rs)) if i not in rc and i not in rb]

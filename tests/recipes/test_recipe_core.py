@@ -11,13 +11,12 @@ code with the core.
 """
 from __future__ import annotations
 
-import string
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dot_reference import subscripts
 from jaxfp8 import mx
 from jaxfp8 import policy
 from jaxfp8 import recipes
@@ -38,25 +37,6 @@ SHAPES = {"dense": ((2, 80, 160), (160, 144), D2),
 PAIRS = ([("dense", n) for n in recipes.RECIPES if n != "nvfp4"]
          + [("batched", n) for n in ("fp8_delayed", "nvfp4", "mxfp8_e5m2_grad",
                                      "fp8_blockwise")])
-
-
-def _subscripts(lhs_nd, rhs_nd, dims):
-  """einsum subscripts (lhs, rhs, out) of a dot_general."""
-  (lc, rc), (lb, rb) = dims
-  letters = iter(string.ascii_letters)
-  ls, rs = [None] * lhs_nd, [None] * rhs_nd
-  for a, b in zip(lb, rb):
-    ls[a] = rs[b] = next(letters)
-  for a, b in zip(lc, rc):
-    ls[a] = rs[b] = next(letters)
-  for i in range(lhs_nd):
-    ls[i] = ls[i] or next(letters)
-  for i in range(rhs_nd):
-    rs[i] = rs[i] or next(letters)
-  out = ([ls[a] for a in lb] + [ls[i] for i in range(lhs_nd)
-                                if i not in lc and i not in lb]
-         + [rs[i] for i in range(rhs_nd) if i not in rc and i not in rb])
-  return "".join(ls), "".join(rs), "".join(out)
 
 
 def _free(ndim, contract, batch):
@@ -188,7 +168,7 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
                        key=keys.get(gemm, {}).get(role),
                        signs=signs.get(gemm), state=st.get(role))
 
-  sl, sr, so = _subscripts(len(ls), len(rs), dims)
+  sl, sr, so = subscripts(len(ls), len(rs), dims)
   fwd = np.einsum(f"{sl},{sr}->{so}", q(x, lb, lc, "fwd", 0, "x"),
                   q(w, rb, rc, "fwd", 1, "w"))
   w_d = q(w, rb, rf, "dgrad", 1, "w")
