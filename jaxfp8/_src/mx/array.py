@@ -331,12 +331,7 @@ def quantize(x: Any, fmt: str | MXFormat, *, block_size: int | None = None,
         f"`quantize`: axis {axis} of `x` has length {n}, not a multiple of "
         f"block_size={block_size}; pass pad=True to pad the last block with "
         "zeros")
-  rand = None
-  if rounding == "stochastic":
-    if key is None:
-      raise ValueError("`quantize` with rounding='stochastic' needs a `key` "
-                       "argument (a jax.random key)")
-    rand = jax.random.bits(validate.check_key(key, fn), x32.shape, jnp.uint32)
+  rand = rounding_lib.stochastic_bits(rounding, key, x32.shape, fn=fn)
   data, scales, tensor_scale = mx_quantize.quantize_blocks(
       x32, mx, block_size=block_size, axis=axis, scale_mode=scale_mode,
       rounding=rounding, rand=rand)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding as rounding_lib
@@ -27,14 +26,8 @@ def _prepare(x, fmt, rounding, saturate, key, fn):
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
   validate.check_bool(saturate, "saturate", fn)
   x32 = rounding_lib.to_float32(x, fn=fn)
-  rand = None
-  if rounding == "stochastic":
-    if key is None:
-      raise ValueError(f"`{fn}` with rounding='stochastic' needs a `key` "
-                       "argument (a jax.random key)")
-    key = validate.check_key(key, fn)
-    rand = jax.random.bits(key, x32.shape, jnp.uint32)
-  return x32, fmt, rand
+  return x32, fmt, rounding_lib.stochastic_bits(rounding, key, x32.shape,
+                                                fn=fn)
 
 
 def cast(x: Any, fmt: formats.FormatLike, *, rounding: Rounding = "nearest",

@@ -299,6 +299,23 @@ def round_to_codes(x: jax.Array, fmt: formats.FormatLike, *,
   return _ste(x, rand, fmt.name, rounding, bool(saturate), True)
 
 
+def stochastic_bits(rounding: str, key: Any, shape: tuple[int, ...], *,
+                    fn: str) -> jax.Array | None:
+  """The 32 random bits per element that ``rounding="stochastic"`` takes
+  (``round_to(..., rand=...)``), drawn from ``key``; None for other modes.
+
+  Raises:
+    ValueError: stochastic rounding without a key.
+    TypeError: a ``key`` that is not a PRNG key.
+  """
+  if rounding != "stochastic":
+    return None
+  if key is None:
+    raise ValueError(f"`{fn}` with rounding='stochastic' needs a `key` "
+                     "argument (a jax.random key)")
+  return jax.random.bits(validate.check_key(key, fn), shape, jnp.uint32)
+
+
 def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
   """``x`` as float32, for public functions that round it.
 

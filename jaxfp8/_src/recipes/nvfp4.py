@@ -214,12 +214,7 @@ def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
   validate.check_choice(rounding, rounding_lib.NEAREST_OR_STOCHASTIC,
                         "rounding", fn)
   x = blockwise.check_matrix(x, fn)
-  rand = None
-  if rounding == "stochastic":
-    if key is None:
-      raise ValueError("`quantize` with rounding='stochastic' needs a `key` "
-                       "argument (a jax.random key)")
-    rand = jax.random.bits(validate.check_key(key, fn), x.shape, jnp.uint32)
+  rand = rounding_lib.stochastic_bits(rounding, key, x.shape, fn=fn)
   return _quantize(x, rand, block, tensor_scale, rounding)
 
 
