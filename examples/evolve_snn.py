@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import time
 
 import jax
@@ -56,6 +55,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
                    f"(pip install -e \".[es]\"): {e}") from e
 
 import jaxfp8
+from jaxfp8.tools.timing import median_seconds
 
 # Observation (x, x_dot, theta, theta_dot) to input currents of order one:
 # the pole fails at |theta| = 0.21 rad, the cart at |x| = 2.4.
@@ -133,7 +133,7 @@ def train(name, strategy, evaluate, flat0, mean_return, args):
   ask = jax.jit(lambda k, s: strategy.ask(k, s, es_params)[0])
   population = jax.block_until_ready(ask(keys[0], state))
   held = _held_bytes(population)
-  ask_s = _median_seconds(lambda: ask(keys[0], state))
+  ask_s = median_seconds(lambda: ask(keys[0], state), repeats=9, warmup=1)
   curve = np.asarray(curve)
   for g in range(0, args.generations, max(1, args.generations // 10)):
     print(f"{name:>5} gen {g + 1:4d}: mean policy {curve[g]:6.1f}, "
@@ -156,16 +156,6 @@ def _held_bytes(population) -> int:
   if isinstance(population, jaxfp8.es.NarrowPopulation):
     return int(population.nbytes)
   return sum(x.nbytes for x in jax.tree.leaves(population))
-
-
-def _median_seconds(fn, repeats: int = 9) -> float:
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
 
 
 def plot(path, curves, labels):
