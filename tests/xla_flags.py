@@ -30,7 +30,10 @@ processes.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
+import subprocess
+import sys
 
 OPT_LEVEL = "--xla_backend_optimization_level"
 ELEMENTAL_EMITTER = "--xla_cpu_use_fusion_emitters=false"
@@ -67,3 +70,14 @@ def default_codegen_env(**extra: str) -> dict[str, str]:
   env["XLA_FLAGS"] = without(env.get("XLA_FLAGS", ""),
                              ELEMENTAL_EMITTER.split("=")[0])
   return env
+
+
+def child_result(code: str, env: dict[str, str], *, timeout: int = 300) -> dict:
+  """Runs ``python -c code`` in ``env`` and returns the JSON it printed last
+  on a line starting ``RESULT `` (tests on simulated devices, which must be
+  set before JAX starts)."""
+  proc = subprocess.run([sys.executable, "-c", code], env=env,
+                        capture_output=True, text=True, timeout=timeout)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+  return json.loads(lines[-1][len("RESULT "):])

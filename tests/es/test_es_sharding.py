@@ -5,10 +5,6 @@ subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -107,11 +103,7 @@ def results():
   # twin is a property of them (the elemental emitter's can differ).
   env = xla_flags.default_codegen_env(JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] += " --xla_force_host_platform_device_count=4"
-  proc = subprocess.run([sys.executable, "-c", _CHILD], env=env,
-                        capture_output=True, text=True, timeout=300)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT "):])
+  return xla_flags.child_result(_CHILD, env)
 
 
 POP, N = 16, 1 << 15

@@ -6,9 +6,6 @@ the noise format, then its ``tell``.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -287,11 +284,7 @@ def sharded():
   # One subprocess: 4 simulated devices must be set before JAX starts.
   env = xla_flags.default_codegen_env(JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] += " --xla_force_host_platform_device_count=4"
-  proc = subprocess.run([sys.executable, "-c", _SHARDED], env=env,
-                        capture_output=True, text=True, timeout=300)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT "):])
+  return xla_flags.child_result(_SHARDED, env)
 
 
 def test_jaxfp8_es_imports_without_evosax(sharded):

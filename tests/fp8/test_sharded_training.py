@@ -15,7 +15,6 @@ subprocesses with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``:
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import textwrap
 
 import pytest
+
+import xla_flags
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _EXAMPLE = _ROOT / "examples" / "mlp_fp8.py"
@@ -138,11 +139,7 @@ _CHILD = textwrap.dedent(r"""
 
 @pytest.fixture(scope="module")
 def scaling_results():
-  proc = subprocess.run([sys.executable, "-c", _CHILD], env=_ENV,
-                        capture_output=True, text=True, timeout=600)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT "):])
+  return xla_flags.child_result(_CHILD, _ENV, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,10 @@ import pytest
 
 from jaxfp8 import recipes
 from jaxfp8._src import compat
+from recipe_testing import delayed_reference_step
+from recipe_testing import DIMS
 
 OWG = "_overwrite_with_gradient"
-DIMS = (((1,), (0,)), ((), ()))
 # One per kind: per tensor (current), MX, fp8 blockwise, NVFP4 (SR + RHT).
 STATELESS = ["fp8_current", "mxfp8", "fp8_blockwise", "nvfp4"]
 
@@ -115,14 +116,7 @@ def test_delayed_state_follows_train_state_for_two_steps():
       "fp8_delayed", history_length=4)
   opt = tx.init(params)
 
-  @jax.jit
-  def ref_step(params, state, opt):
-    loss = lambda p, s: jnp.sum((recipes.dot_general(
-        x, p["kernel"], DIMS, recipe="fp8_delayed", state=s)
-                                 + p["bias"]) * c)
-    g, state = jax.grad(loss, argnums=(0, 1))(params, state)
-    u, opt = tx.update(g, opt, params)
-    return optax.apply_updates(params, u), state, opt
+  ref_step = delayed_reference_step(tx, x, c)
 
   for _ in range(2):
     ts = step(ts)

@@ -14,8 +14,9 @@ import optax
 import pytest
 
 from jaxfp8 import recipes
+from recipe_testing import delayed_reference_step
+from recipe_testing import DIMS
 
-DIMS = (((1,), (0,)), ((), ()))
 
 
 def _data():
@@ -68,17 +69,9 @@ def test_delayed_state_over_two_optimizer_steps():
 
   tx = optax.sgd(0.1)
   params = {"kernel": model.kernel[...], "bias": model.bias[...]}
-  state, opt_ref = recipes.init_state("fp8_delayed", history_length=4), None
+  state = recipes.init_state("fp8_delayed", history_length=4)
   opt_ref = tx.init(params)
-
-  @jax.jit
-  def ref_step(params, state, opt_ref):
-    f = lambda p, s: jnp.sum((recipes.dot_general(
-        x, p["kernel"], DIMS, recipe="fp8_delayed", state=s)
-                              + p["bias"]) * c)
-    g, state = jax.grad(f, argnums=(0, 1))(params, state)
-    u, opt_ref = tx.update(g, opt_ref, params)
-    return optax.apply_updates(params, u), state, opt_ref
+  ref_step = delayed_reference_step(tx, x, c)
 
   dot = model.dot_general
   for _ in range(2):
