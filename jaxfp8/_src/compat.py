@@ -192,3 +192,54 @@ def linen_einsum_bias_shape(module: Any, einsum_str: str, lhs: Any,
   parameter and for adding it to the output.
   """
   return module._get_bias_shape(einsum_str, lhs, rhs)  # pylint: disable=protected-access
+
+
+# ---------------------------------------------------------------------------
+# Mosaic GPU (Pallas' `plgpu`): the kernel launcher and its CPU interpreter.
+
+
+def mosaic_gpu_interpret_params() -> Any:
+  """The Mosaic GPU interpreter's parameters, or None where JAX has none.
+
+  JAX 0.11.2 and 0.12.0.1 export ``InterpretGPUParams`` from
+  ``jax.experimental.pallas.mosaic_gpu``; passed as ``interpret=`` to
+  ``plgpu.kernel`` it runs the kernel on CPU, simulating shared memory,
+  barriers, TMA and ``wgmma``. JAX 0.10.2 has no interpreter.
+  """
+  try:
+    from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  except ImportError:  # pragma: no cover - a jaxlib without Mosaic GPU
+    return None
+  params = getattr(plgpu, "InterpretGPUParams", None)
+  return None if params is None else params()
+
+
+def mosaic_gpu_kernel(body: Callable, *, out_shape: Any, scratch: Any,
+                      grid: tuple[int, ...], grid_names: tuple[str, ...],
+                      interpret: Any, name: str) -> Callable:
+  """``plgpu.kernel(body, ...)`` with the keyword names this JAX takes.
+
+  JAX 0.12.0.1 names the output and scratch types ``out_type`` and
+  ``scratch_types``; earlier releases ``out_shape`` and ``scratch_shapes``.
+  ``interpret`` is None (compiled) or :func:`mosaic_gpu_interpret_params`.
+  """
+  from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  params = inspect.signature(plgpu.kernel).parameters
+  out_kw = "out_type" if "out_type" in params else "out_shape"
+  scratch_kw = "scratch_types" if "scratch_types" in params else "scratch_shapes"
+  kwargs = {out_kw: out_shape, scratch_kw: scratch, "grid": grid,
+            "grid_names": grid_names}
+  if interpret is not None:
+    kwargs["interpret"] = interpret
+  if "name" in params:
+    kwargs["name"] = name
+  return plgpu.kernel(body, **kwargs)
+
+
+def mosaic_gpu_transposed(ref: Any) -> Any:
+  """A 2-D shared-memory ref viewed transposed (``ref.T``; JAX releases
+  before ``TransformedRef.T`` had ``plgpu.transpose_ref(ref, (1, 0))``)."""
+  if hasattr(ref, "T"):
+    return ref.T
+  from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  return plgpu.transpose_ref(ref, (1, 0))  # pragma: no cover - older JAX

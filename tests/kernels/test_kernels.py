@@ -97,7 +97,7 @@ def _mx_check(out, a, b, out_dtype):
 def _plan_is_fast(a, b) -> bool:
   # int32 scale codes made in NumPy: an eager astype compiles per shape
   int32 = lambda c: jax.device_put(np.asarray(c).astype(np.int32))
-  fast, _, _ = mx_matmul_lib._fast_plan(
+  fast, _, _ = mx_matmul_lib.fast_plan(
       int32(a.scales), int32(b.scales),
       a.data.shape[1], a.data.dtype, b.data.dtype)
   return bool(fast)

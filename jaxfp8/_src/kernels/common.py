@@ -142,15 +142,16 @@ def widen_to_bf16(precision: Any, fn: str) -> bool:
   return lax.Precision.HIGHEST in ps
 
 
-def apply_scales(acc: jax.Array, a_scale: jax.Array, b_scale: jax.Array
-                 ) -> jax.Array:
-  """``acc * a_scale * b_scale`` without a spurious overflow or underflow.
+def scale_factors(a_scale: jax.Array, b_scale: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+  """(first, second): ``acc * first * second`` is ``acc * a_scale * b_scale``
+  without a spurious overflow or underflow.
 
-  The scales' product multiplies ``acc`` once when it is a normal float32
-  number (or 0); when it overflows, ``acc`` meets the smaller scale first,
-  when it underflows, the larger, so the result is finite and nonzero
-  whenever the true product is, whichever operand holds which scale. Only
-  scalar comparisons and selects (Triton lowers them).
+  The scales' product comes first (and 1 second) when it is a normal float32
+  number (or 0); when it overflows, the smaller scale comes first, when it
+  underflows, the larger, so the result is finite and nonzero whenever the
+  true product is, whichever operand holds which scale. Only scalar
+  comparisons and selects (Triton and Mosaic GPU lower them).
   """
   p = a_scale * b_scale
   a_big = jnp.abs(a_scale) >= jnp.abs(b_scale)
@@ -161,6 +162,13 @@ def apply_scales(acc: jax.Array, a_scale: jax.Array, b_scale: jax.Array
   overflow = mag > _F32_MAX  # also for an infinite scale: inf either way
   first = jnp.where(normal, p, jnp.where(overflow, small, big))
   second = jnp.where(normal, jnp.float32(1), jnp.where(overflow, big, small))
+  return first, second
+
+
+def apply_scales(acc: jax.Array, a_scale: jax.Array, b_scale: jax.Array
+                 ) -> jax.Array:
+  """``acc * a_scale * b_scale`` as :func:`scale_factors` orders it."""
+  first, second = scale_factors(a_scale, b_scale)
   return acc * first * second
 
 

@@ -57,7 +57,7 @@ _NAN_BITS = 0x7FC00000
 _F32_MIN_EXP, _F32_MAX_EXP = -126, 127
 
 
-def _pow2(biased, nan):
+def pow2(biased, nan):
   """float32 2^(biased - 127) for ``biased`` in [1, 254]; NaN where ``nan``."""
   bits = jnp.where(nan, jnp.int32(_NAN_BITS), biased << 23)
   return lax.bitcast_convert_type(bits, jnp.float32)
@@ -74,7 +74,7 @@ def _exact_block_scale(partial, ca, cb):
   e1 = jnp.clip(e, _F32_MIN_EXP, _F32_MAX_EXP)
   e2 = jnp.clip(e - e1, _F32_MIN_EXP, _F32_MAX_EXP)
   nan = (ca == _NAN_CODE)[:, None] | (cb == _NAN_CODE)[None, :]
-  return partial * _pow2(e1 + 127, nan) * _pow2(e2 + 127, False)
+  return partial * pow2(e1 + 127, nan) * pow2(e2 + 127, False)
 
 
 def _kernel(a_ref, b_ref, ca_ref, cb_ref, shift_ref, unshift_ref, o_ref, *,
@@ -101,8 +101,8 @@ def _kernel(a_ref, b_ref, ca_ref, cb_ref, shift_ref, unshift_ref, o_ref, *,
       if exact:
         acc = acc + _exact_block_scale(partial, ca, cb)
       else:
-        fa = _pow2(ca + shift_ref[0], ca == _NAN_CODE)
-        fb = _pow2(cb + shift_ref[1], cb == _NAN_CODE)
+        fa = pow2(ca + shift_ref[0], ca == _NAN_CODE)
+        fb = pow2(cb + shift_ref[1], cb == _NAN_CODE)
         acc = acc + partial * (fa[:, None] * fb[None, :])
     return acc
 
@@ -124,7 +124,7 @@ def _visible_exponent(k: int, a_dtype, b_dtype) -> tuple[int, int]:
   return g, -150 - g
 
 
-def _fast_plan(ca, cb, k: int, a_dtype, b_dtype):
+def fast_plan(ca, cb, k: int, a_dtype, b_dtype):
   """Whether the fast path is exact for these codes, and its shifts.
 
   Returns (fast: bool scalar, shifts: int32[2] = (Ta, Tb), unshift:
@@ -149,7 +149,7 @@ def _fast_plan(ca, cb, k: int, a_dtype, b_dtype):
           & ((t == 0) | (e_hi + t + g <= _F32_MAX_EXP)))
   ta = jnp.where(fast, ta_lo, 0)
   tb = jnp.where(fast, t - ta_lo, 0)
-  unshift = _pow2(127 - jnp.where(fast, t, 0), False)  # t <= 24 + g < 127
+  unshift = pow2(127 - jnp.where(fast, t, 0), False)  # t <= 24 + g < 127
   return fast, jnp.stack([ta, tb]).astype(jnp.int32), unshift.reshape(1)
 
 
@@ -176,13 +176,14 @@ def mx_matmul_reference(a: mx_lib.MXArray, b: mx_lib.MXArray, *,
   >>> out.shape, float(out[0, 0]) == 64 * 3.0 * 2.0**-130
   ((2, 1), True)
   """
-  _check_pair(a, b, "mx_matmul_reference")
-  return _reference(a.data, a.scales, b.data, b.scales, out_dtype=np.dtype(
+  check_pair(a, b, "mx_matmul_reference")
+  return reference(a.data, a.scales, b.data, b.scales, out_dtype=np.dtype(
       out_dtype), block_size=a.block_size)
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "block_size"))
-def _reference(a_data, a_codes, b_data, b_codes, *, out_dtype, block_size):
+def reference(a_data, a_codes, b_data, b_codes, *, out_dtype, block_size):
+  """:func:`mx_matmul_reference` on the arrays of two MXArrays."""
   m, n = a_data.shape[0], b_data.shape[0]
   nkb = a_codes.shape[1]
   ad = a_data.astype(jnp.float32).reshape(m, nkb, block_size)
@@ -209,11 +210,11 @@ def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
                tiles: common.Tiles, block_size: int, path: str,
                widen: bool = False):
   if mode == "reference":
-    return _reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
+    return reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
                       block_size=block_size)
   m, n = a_data.shape[0], b_data.shape[0]
   ca, cb = a_codes.astype(jnp.int32), b_codes.astype(jnp.int32)
-  fast, shifts, unshift = _fast_plan(ca, cb, a_data.shape[1], a_data.dtype,
+  fast, shifts, unshift = fast_plan(ca, cb, a_data.shape[1], a_data.dtype,
                                      b_data.dtype)
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
   # Padding codes repeat a present code so they change no range; the padded
@@ -265,7 +266,7 @@ def _pad_codes(c, multiples, value):
       p for _, p in pads) else c
 
 
-def _check_pair(a: Any, b: Any, fn: str) -> None:
+def check_pair(a: Any, b: Any, fn: str) -> None:
   for x, arg in ((a, "a"), (b, "b")):
     if not isinstance(x, mx_lib.MXArray):
       raise TypeError(f"`{arg}` argument to `{fn}` must be a jaxfp8.mx.MXArray "
@@ -352,7 +353,7 @@ def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
                     precision: Any = None) -> jax.Array:
   """mx_matmul with the scale path forced ("fast", "exact") or "auto"."""
   fn = "mx_matmul"
-  _check_pair(a, b, fn)
+  check_pair(a, b, fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)
   widen = common.widen_to_bf16(precision, fn)
   mode = common.resolve_mode(interpret, fn)

@@ -110,18 +110,19 @@ def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
   return out[:m, :n]
 
 
-def _check_scale(s: Any, arg: str) -> jax.Array:
+def check_scale(s: Any, arg: str, fn: str) -> jax.Array:
+  """A per-tensor scale as a float32 scalar, or raises naming ``fn``."""
   dtype = getattr(s, "dtype", None)
   if dtype is None:
     if not isinstance(s, (int, float, np.number)) or isinstance(s, bool):
-      raise TypeError(f"`{arg}` argument to `scaled_matmul` must be a real "
+      raise TypeError(f"`{arg}` argument to `{fn}` must be a real "
                       f"scalar or a one-element array, got {type(s).__name__}")
   elif not (jnp.issubdtype(dtype, jnp.floating)
             or jnp.issubdtype(dtype, jnp.integer)):
-    raise TypeError(f"`{arg}` argument to `scaled_matmul` must be real, got "
+    raise TypeError(f"`{arg}` argument to `{fn}` must be real, got "
                     f"dtype {np.dtype(dtype).name}")
   if int(np.prod(np.shape(s))) != 1:
-    raise ValueError(f"`{arg}` argument to `scaled_matmul` must hold one "
+    raise ValueError(f"`{arg}` argument to `{fn}` must hold one "
                      f"per-tensor scale, got shape {tuple(np.shape(s))}")
   return jnp.asarray(s, jnp.float32).reshape(())
 
@@ -182,8 +183,8 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
   if a.shape[1] != b.shape[1]:
     raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
                      f"(their last axis): got shapes {a.shape} and {b.shape}")
-  a_scale = _check_scale(a_scale, "a_scale")
-  b_scale = _check_scale(b_scale, "b_scale")
+  a_scale = check_scale(a_scale, "a_scale", fn)
+  b_scale = check_scale(b_scale, "b_scale", fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)
   widen = common.widen_to_bf16(precision, fn)
   mode = common.resolve_mode(interpret, fn)
