@@ -1,4 +1,10 @@
-"""Pallas kernels for fp8 and MXFP8 matrix products, and their jnp references.
+"""fp8, MXFP8 and fp8 blockwise matrix-product kernels, and their jnp references.
+
+The Mosaic GPU kernels (``*_mgpu``, ``blockwise_matmul``) are the ones the
+library dispatches to on Hopper (compute capability 9.0+); the Triton kernels
+(``scaled_matmul``, ``mx_matmul``) are kept, selectable, while JAX keeps
+Pallas' Triton backend. Off a GPU, every kernel runs its jnp reference, or
+in Pallas' interpreters with ``interpret=True``.
 
 >>> import jax.numpy as jnp, jaxfp8
 >>> a = jnp.ones((2, 32), jnp.float8_e4m3fn)
@@ -7,6 +13,10 @@ Array([[32., 32.],
        [32., 32.]], dtype=float32)
 """
 from jaxfp8._src.kernels.dispatch import dot_general as dot_general
+from jaxfp8._src.kernels.mosaic.blockwise_matmul import blockwise_matmul as blockwise_matmul
+from jaxfp8._src.kernels.mosaic.blockwise_matmul import blockwise_matmul_reference as blockwise_matmul_reference
+from jaxfp8._src.kernels.mosaic.mx_matmul import mx_matmul_mgpu as mx_matmul_mgpu
+from jaxfp8._src.kernels.mosaic.scaled_matmul import scaled_matmul_mgpu as scaled_matmul_mgpu
 from jaxfp8._src.kernels.mx_matmul import mx_matmul as mx_matmul
 from jaxfp8._src.kernels.mx_matmul import mx_matmul_reference as mx_matmul_reference
 from jaxfp8._src.kernels.mx_matmul import MXFP8_FORMATS as MXFP8_FORMATS
@@ -14,6 +24,7 @@ from jaxfp8._src.kernels.scaled_matmul import scaled_matmul as scaled_matmul
 from jaxfp8._src.kernels.scaled_matmul import scaled_matmul_reference as scaled_matmul_reference
 
 __all__ = [
-    "MXFP8_FORMATS", "dot_general", "mx_matmul", "mx_matmul_reference", "scaled_matmul",
+    "MXFP8_FORMATS", "blockwise_matmul", "blockwise_matmul_reference", "dot_general",
+    "mx_matmul", "mx_matmul_mgpu", "mx_matmul_reference", "scaled_matmul", "scaled_matmul_mgpu",
     "scaled_matmul_reference",
 ]

@@ -243,3 +243,22 @@ def mosaic_gpu_transposed(ref: Any) -> Any:
     return ref.T
   from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
   return plgpu.transpose_ref(ref, (1, 0))  # pragma: no cover - older JAX
+
+
+def mosaic_gpu_load(ref: Any, layout: Any) -> Any:
+  """``plgpu.load(ref, layout=layout)`` of the whole ref: JAX 0.12.0.1 takes
+  the ref alone, 0.10.2 an index too (``()``: all of it)."""
+  from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  if "idx" in inspect.signature(plgpu.load).parameters:
+    return plgpu.load(ref, (), layout=layout)
+  return plgpu.load(ref, layout=layout)
+
+
+def mosaic_gpu_mixed_fp8() -> bool:
+  """Whether ``plgpu.wgmma`` takes an e4m3 operand with an e5m2 one.
+
+  JAX 0.12.0.1 does (wgmma has separate fp8 operand types); 0.10.2 raises
+  "Mixed input dtypes for matrix multiplication unsupported". Not checked
+  on 0.11.2, so counted as not taking it there.
+  """
+  return JAX_VERSION >= (0, 12, 0)

@@ -22,6 +22,7 @@ from jaxfp8 import ops
 from jaxfp8._src.kernels import common
 from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels import scaled_matmul as scaled_matmul_lib
+import kernel_reference
 
 FP8_DTYPES = [jnp.float8_e4m3fn, jnp.float8_e5m2]
 MX_FORMATS = list(ops.MXFP8_FORMATS)
@@ -31,35 +32,13 @@ _ODD = (37, 45, 100, dict(block_m=16, block_n=32, block_k=64))
 CASES = [(*_ODD, jnp.float32), (*_ODD, jnp.bfloat16),
          (3, 5, 4096, {}, jnp.float32)]
 CASE_IDS = ["odd-f32", "odd-bf16", "k4096-f32"]
-_TINY = 2.0**-126  # float32 results below this may be flushed on CPU
 
 
 def _ids(xs):
   return [np.dtype(x).name if not isinstance(x, str) else x for x in xs]
 
 
-def _fp8(rng, shape, dtype, spread=0):
-  """Normal samples times random powers of two (per row), cast to fp8."""
-  x = rng.standard_normal(shape) * np.exp2(rng.integers(
-      -spread, spread + 1, (shape[0],) + (1,) * (len(shape) - 1)))
-  return jnp.asarray(np.clip(x, -400, 400), dtype)
-
-
-def _check(out, ref, bound, out_dtype):
-  """out vs the float64 ref: elementwise within bound (+ output rounding)."""
-  out = np.asarray(out).astype(np.float64)  # in NumPy: no eager astype
-  assert out.shape == ref.shape
-  rounding = 2.0**-8 if np.dtype(out_dtype) == np.dtype(jnp.bfloat16) else 0.0
-  err = np.abs(out - ref)
-  allowed = 1e-5 * bound + rounding * np.abs(ref) + _TINY
-  assert np.all(err <= allowed), f"max excess {np.max(err - allowed)}"
-  if np.dtype(out_dtype) == np.float32 and np.linalg.norm(ref) > 0:
-    rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
-    assert rel < 1e-5, rel
-
-
-def _f64(x):
-  return np.asarray(x, np.float64)
+_fp8, _f64, _check = kernel_reference.fp8, kernel_reference.f64, kernel_reference.check
 
 
 def _values(x) -> np.ndarray:
@@ -74,13 +53,7 @@ def _values(x) -> np.ndarray:
   return np.asarray(x).astype(np.float64)
 
 
-def _mx_f64(x) -> np.ndarray:
-  """Exact float64 values of an mxfp8 MXArray (NaN where the scale is NaN)."""
-  d = _f64(np.asarray(x.data))  # fp8 data, widened exactly in NumPy
-  c = np.asarray(x.scales).astype(np.int64)
-  s = np.where(c == 255, np.nan, np.exp2(c - 127.0))
-  v = d.reshape(d.shape[0], -1, x.block_size) * s[..., None]
-  return v.reshape(d.shape)[:, :x.shape[1]]
+_mx_f64 = kernel_reference.mx_f64
 
 
 def _mx(data, codes, fmt):
@@ -426,7 +399,7 @@ class TestCompiledKernels:
                               interpret=interpret)
       with np.errstate(over="ignore"):  # inf past float32's range is meant
         want32 = np.float32(want)  # ... and 0 below 2^-149
-      if 0 < abs(want32) < _TINY:  # CPU may flush float32 subnormals
+      if 0 < abs(want32) < kernel_reference.TINY:  # CPU may flush float32 subnormals
         assert float(np.asarray(out)[0, 0]) in (0.0, float(want32)), (sa, sb)
       else:
         # read in NumPy: indexing a jax.Array compiles

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels.mosaic import common
@@ -56,7 +57,9 @@ def _kernel(a_gmem, b_gmem, row_gmem, col_gmem, post_gmem, o_gmem, o_smem, *,
       part = common.run_scoped(partial, common.accumulator(tiles))
       row = common.load_vector(row_smem.at[j], axis=0)
       col = common.load_vector(col_smem.at[j], axis=1)
-      acc = acc + part * (row[:, None] * col[None, :])
+      factor = (lax.broadcast_in_dim(row, part.shape, (0,))
+                * lax.broadcast_in_dim(col, part.shape, (1,)))
+      acc = acc + part * factor
     return acc
 
   def block_spec(rows, j):

@@ -209,6 +209,8 @@ def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
   mode = common.resolve_mode(interpret, fn)
 
   def run(a, a_scales, b, b_scales, *, out_dtype, a_block, b_block):
+    if mode != "reference":
+      common.check_pair_dtypes(a.dtype, b.dtype, fn)
     tiles = common.choose_tiles(
         a.shape[0], b.shape[0], a.shape[1], fn=fn, max_block_m=64,
         block_m=block_m, block_n=block_n, block_k=BLOCK_K,

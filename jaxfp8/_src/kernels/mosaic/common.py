@@ -82,6 +82,21 @@ def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
       "(the Mosaic GPU interpreter) or interpret=None (jnp reference).")
 
 
+def check_pair_dtypes(a_dtype: Any, b_dtype: Any, fn: str) -> None:
+  """Raises where this JAX's ``wgmma`` can't take an e4m3 / e5m2 pair."""
+  if np.dtype(a_dtype) != np.dtype(b_dtype) and not compat.mosaic_gpu_mixed_fp8():
+    raise NotImplementedError(
+        f"`{fn}` with mixed fp8 formats ({np.dtype(a_dtype).name} and "
+        f"{np.dtype(b_dtype).name}) needs JAX >= 0.12, whose Mosaic GPU wgmma "
+        f"takes the pair; this is JAX {jax.__version__}. Use one format, or "
+        "the Triton kernel")
+
+
+def takes_pair(a_dtype: Any, b_dtype: Any) -> bool:
+  """Whether the kernels take this operand pair on this JAX."""
+  return np.dtype(a_dtype) == np.dtype(b_dtype) or compat.mosaic_gpu_mixed_fp8()
+
+
 @dataclasses.dataclass(frozen=True)
 class Tiles:
   """Tile sizes and pipeline depth of one kernel call."""
@@ -262,7 +277,7 @@ def wait(pending: int) -> None:
 def load_vector(ref, axis: int):
   """A row (``axis=0``: per output row) or column (``axis=1``) vector of
   float32 factors, in the layout that broadcasts against the accumulator."""
-  return plgpu.load(ref, layout=plgpu.Layout.WGMMA.reduce(1 - axis))
+  return compat.mosaic_gpu_load(ref, plgpu.Layout.WGMMA.reduce(1 - axis))
 
 
 def zeros_like_acc(tiles: Tiles):

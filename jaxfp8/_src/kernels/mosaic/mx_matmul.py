@@ -123,6 +123,8 @@ def mx_matmul_mgpu(a: mx_array.MXArray, b: mx_array.MXArray, *,
   out_dtype = triton_common.check_out_dtype(out_dtype, fn)
   mode = common.resolve_mode(interpret, fn)
   bs = a.block_size
+  if mode != "reference":
+    common.check_pair_dtypes(a.data.dtype, b.data.dtype, fn)
   if mode != "reference" and bs not in block_scaled.SCALE_BLOCKS:
     raise NotImplementedError(
         f"`{fn}` kernel needs a block size of "

@@ -133,6 +133,8 @@ def scaled_matmul_mgpu(a: jax.Array, b: jax.Array, a_scale: Any,
   b_scale = check_scale(b_scale, "b_scale", fn)
   out_dtype = triton_common.check_out_dtype(out_dtype, fn)
   mode = common.resolve_mode(interpret, fn)
+  if mode != "reference":
+    common.check_pair_dtypes(a.dtype, b.dtype, fn)
   (m, k), n = a.shape, b.shape[0]
   tiles = common.choose_tiles(
       m, n, k, fn=fn, block_m=block_m, block_n=block_n,
