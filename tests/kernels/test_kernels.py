@@ -346,9 +346,10 @@ class TestCompiledKernels:
     lhs = _fp8(rng, shapes[0], jnp.float8_e4m3fn)
     rhs = _fp8(rng, shapes[1], jnp.float8_e5m2)
     jaxpr = jax.make_jaxpr(lambda l, r: ops.dot_general(
-        l, r, dims, interpret=self.INTERPRET))(lhs, rhs)
+        l, r, dims, interpret=self.INTERPRET, backend="triton"))(lhs, rhs)
     assert "pallas_call" in str(jaxpr)
-    out = ops.dot_general(lhs, rhs, dims, interpret=self.INTERPRET)
+    out = ops.dot_general(lhs, rhs, dims, interpret=self.INTERPRET,
+                          backend="triton")
     # operands widened in NumPy (exact); the float32 product stays XLA's
     f32 = lambda x: jax.device_put(np.asarray(x).astype(np.float32))
     want = jax.lax.dot_general(f32(lhs), f32(rhs), dims,
@@ -421,7 +422,8 @@ class TestCompiledKernels:
     dims = (((2,), (0,)), ((), ()))
     for p in ("DEFAULT", "highest", "float32", jax.lax.Precision.HIGH,
               (jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT)):
-      out = ops.dot_general(x, w, dims, precision=p, interpret=self.INTERPRET)
+      out = ops.dot_general(x, w, dims, precision=p, interpret=self.INTERPRET,
+                            backend="triton")
       assert out.shape == (2, 3, 5)
       assert float(np.asarray(out)[0, 0, 0]) == 32.0, p
     # What lax.dot_general refuses, it refuses here too, in its own words.

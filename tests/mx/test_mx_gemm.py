@@ -16,19 +16,30 @@ from mx_testing import rel
 
 def test_backend_choice_per_platform_and_format():
   choose = dispatch.mx_backend
-  assert choose("gpu", "mxfp8_e4m3", block_size=32) == "pallas"
-  assert choose("cuda", "mxfp8_e5m2", block_size=64) == "pallas"
-  assert choose("gpu", "mxfp8_e4m3", block_size=16) == "dequantize"
+  for cc in (90, 100, 120):  # Hopper, Blackwell: the Mosaic GPU kernel
+    assert choose("gpu", "mxfp8_e4m3", block_size=32,
+                  compute_capability=cc) == "mosaic"
+  assert choose("cuda", "mxfp8_e5m2", block_size=128,
+                compute_capability=90) == "mosaic"
+  for cc in (80, 89):  # no wgmma; the Triton kernel only when named
+    assert choose("gpu", "mxfp8_e4m3", block_size=32,
+                  compute_capability=cc) == "dequantize"
+  for block in (16, 256):
+    assert choose("gpu", "mxfp8_e4m3", block_size=block,
+                  compute_capability=90) == "dequantize"
   for fmt in ["mxfp4_e2m1", "mxfp6_e3m2", "nvfp4", "mxint8"]:
-    assert choose("gpu", fmt, block_size=32) == "dequantize"
+    assert choose("gpu", fmt, block_size=32,
+                  compute_capability=90) == "dequantize"
   for platform in ["cpu", "tpu"]:
     assert choose(platform, "mxfp8_e4m3", block_size=32) == "dequantize"
   assert choose("cpu", "mxfp4_e2m1", block_size=32,
                 backend="scaled_dot") == "scaled_dot"
-  assert choose("cpu", "mxfp8_e4m3", block_size=32,
-                backend="pallas") == "pallas"
+  for name in ("triton", "pallas", "mosaic"):
+    assert choose("cpu", "mxfp8_e4m3", block_size=32, backend=name) == name
   with pytest.raises(NotImplementedError, match="mxfp4_e2m1"):
     choose("gpu", "mxfp4_e2m1", block_size=32, backend="pallas")
+  with pytest.raises(NotImplementedError, match="Mosaic GPU.*256"):
+    choose("gpu", "mxfp8_e4m3", block_size=256, backend="mosaic")
   with pytest.raises(NotImplementedError, match="fp6"):
     choose("cpu", "mxfp6_e2m3", block_size=32, backend="scaled_dot")
   x, w = jnp.ones((4, 64)), jnp.ones((64, 8))

@@ -12,6 +12,10 @@
   second operand rounded to nearest: one GEMM of
   :func:`jaxfp8._src.mx.gemm.gemm` on its backend, as
   :func:`jaxfp8.mx.dot_general` runs it.
+* both fp8 blockwise with blocks of 128 along K (1x128 or 128x128), no
+  batch dims, where :func:`jaxfp8._src.kernels.dispatch.blockwise_backend`
+  picks the Mosaic GPU kernel (by default on compute capability 9.0+): the
+  fp8 codes and scales multiplied by :func:`jaxfp8.ops.blockwise_matmul`.
 * otherwise the exact dequantized values multiplied in float32 at HIGHEST
   precision: in the operands' own layout where every quantizer is
   elementwise (``"cast"``, ``"tensor"``) or None, else in the GEMM's view
@@ -29,11 +33,13 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.mosaic import blockwise_matmul as blockwise_kernel
 from jaxfp8._src.mx import gemm as gemm_lib
 from jaxfp8._src.mx.recipes import MXRecipe
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.recipes import blockwise
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
 
@@ -54,6 +60,39 @@ def mx_recipe(q: Quantizer) -> MXRecipe:
   """The MXRecipe :mod:`jaxfp8._src.mx.gemm` reads ``q``'s block from."""
   return MXRecipe(q.format, q.format, q.format, scale_mode=q.scale,
                   block_size=q.block_size)
+
+
+_FP8 = tuple(np.dtype(d) for d in (jnp.float8_e4m3fn, jnp.float8_e5m2))
+
+
+def blockwise_pair(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> bool:
+  """Whether :func:`jaxfp8.ops.blockwise_matmul` can multiply them: fp8
+  blockwise quantizers of 128-long blocks along K, rounded to nearest."""
+  return all(q is not None and q.kind == "block" and not q.transform
+             and not q.stochastic and q.block in blockwise_kernel.BLOCKS
+             and np.dtype(formats.get(q.format).dtype) in _FP8
+             for q in (qa, qb))
+
+
+def _blockwise_kernel(a: Op, b: Op, dims, run: gemm_lib.Run):
+  """The Mosaic GPU blockwise GEMM of two views, or None where it doesn't
+  run (batch dims, or the backend says dequantize)."""
+  (ac, bc), (ab, bb) = dims
+  qa, qb = a.q, b.q
+  fa, fb = (formats.get(q.format).dtype for q in (qa, qb))
+  if ab or dispatch.blockwise_backend(
+      jax.default_backend(), fa, fb, backend=run.backend) != "mosaic":
+    return None
+  quantized = []
+  for o, batch, contract in ((a, ab, ac), (b, bb, bc)):
+    quantized.append(blockwise.quantize(
+        operand.view(o.x, batch, contract), block=o.q.block, fmt=o.q.format,
+        scale=o.q.scale))
+  (ca, sa), (cb, sb) = quantized
+  out = blockwise_kernel.blockwise_matmul(
+      ca, sa, cb, sb, a_block=qa.block, b_block=qb.block,
+      out_dtype=jnp.float32, interpret=run.interpret)
+  return operand.unview(out, a.shape, b.shape, dims)
 
 
 def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
@@ -119,6 +158,10 @@ def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key) -> jax.Array:
   if mx_pair(qa, qb):
     return gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
                          key if qa.stochastic else None)
+  if blockwise_pair(qa, qb):
+    out = _blockwise_kernel(a, b, dims, run)
+    if out is not None:
+      return out
   value = lambda o: (operand.dequantize_elementwise(o.codes, o.scale)
                      if o.codes is not None else o.x)
   transform = qa is not None and qa.transform or qb is not None and qb.transform
