@@ -5,6 +5,9 @@ that an upgrade that moves it fails here by name, instead of the constant
 guard or a version shim silently doing nothing. What install() relies on is
 checked in tests/install/test_routing.py and test_references.py.
 """
+import functools
+import inspect
+
 import jax
 import numpy as np
 
@@ -49,3 +52,41 @@ def test_gpu_lowering_target_lowers_for_cuda_without_a_gpu():
         jax.ShapeDtypeStruct((8,), jax.numpy.float32)).lower(
             lowering_platforms=("cuda",)).as_text()
   assert "multiply" in text
+
+
+# --- Mosaic GPU -----------------------------------------------------------------
+
+
+def test_mosaic_gpu_interpreter_ships_from_jax_0_11():
+  params = compat.mosaic_gpu_interpret_params()
+  assert (params is not None) == (compat.JAX_VERSION >= (0, 11, 0))
+
+
+def test_mosaic_gpu_kernel_takes_the_keywords_the_shim_passes():
+  from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  params = inspect.signature(plgpu.kernel).parameters
+  assert "out_type" in params or "out_shape" in params
+  assert "scratch_types" in params or "scratch_shapes" in params
+  assert {"grid", "grid_names", "interpret"} <= set(params)
+
+
+def test_mosaic_gpu_mixed_fp8_is_what_wgmma_takes():
+  """The mixed e4m3 x e5m2 kernel lowers for CUDA exactly where the shim
+  says wgmma takes the pair."""
+  from jaxfp8._src.kernels.mosaic import common  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.kernels.mosaic import scaled_matmul  # pylint: disable=g-import-not-at-top
+  jnp = jax.numpy
+  s = jax.ShapeDtypeStruct
+  f = functools.partial(scaled_matmul._scaled_matmul,
+                        out_dtype=np.dtype(jnp.float32), mode="compiled",
+                        tiles=common.choose_tiles(64, 64, 128, fn="t"))
+  try:
+    with compat.gpu_lowering_target():
+      jax.jit(f).trace(s((64, 128), jnp.float8_e4m3fn),
+                       s((64, 128), jnp.float8_e5m2), s((), jnp.float32),
+                       s((), jnp.float32)).lower(lowering_platforms=("cuda",))
+    lowered = True
+  except ValueError as e:
+    assert "Mixed input dtypes" in str(e)
+    lowered = False
+  assert lowered == compat.mosaic_gpu_mixed_fp8()

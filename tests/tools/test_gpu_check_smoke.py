@@ -44,12 +44,14 @@ def test_compare_passes_the_product_and_fails_a_wrong_or_unwritten_one(
   unwritten[5:, :] = np.nan  # a tile left as the poisoned memory had it
   assert not gpu_check.compare("nan", unwritten.astype(f32), av, bv, f32,
                                tol=gpu_check.mma_tol(4096))
-  # tol=0: exact, as the checks of -1/0/1 operands ask.
-  off = ref.copy()
-  off[0, 0] = np.nextafter(f32(ref[0, 0]), f32(np.inf))
-  assert not gpu_check.compare("exact", off.astype(f32), av, bv, f32, tol=0)
+  # tol=0: exact, as the checks of -1/0/1 operands ask; one ulp off fails.
+  av, bv = rng.integers(-1, 2, (8, 64)), rng.integers(-1, 2, (6, 64))
+  exact = (av @ bv.T).astype(f32)
+  assert gpu_check.compare("exact", exact, av, bv, f32, tol=0)
+  exact[0, 0] = np.nextafter(exact[0, 0], f32(np.inf))
+  assert not gpu_check.compare("ulp", exact, av, bv, f32, tol=0)
   assert [c["ok"] for c in gpu_check.RESULTS["checks"]] == [
-      True, False, True, False, False]
+      True, False, True, False, True, False]
 
 
 def test_mma_tolerance_grows_with_the_accumulation_chain(gpu_check):

@@ -1,1 +1,3 @@
-"""Pallas kernels: one module per op (kernel, jitted wrapper, jnp reference)."""
+"""Pallas kernels: one module per op (kernel, jitted wrapper, jnp reference);
+the Triton ones here, the Mosaic GPU ones in :mod:`.mosaic`, the choice
+between them and XLA in :mod:`.dispatch`."""

@@ -5,8 +5,9 @@ contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
 :class:`~jaxfp8._src.mx.array.MXArray` (:func:`packed_dot`, for serving). It
 multiplies exactly (exact products, float32 accumulation) on the backend
 ``kernels.dispatch.mx_backend`` chooses: the dequantized values in float32
-at HIGHEST precision, the Pallas ``mx_matmul`` (mxfp8 on GPU) or
-``lax.scaled_dot`` (asked for by name).
+at HIGHEST precision, the Mosaic GPU ``mx_matmul_mgpu`` (mxfp8 on compute
+capability 9.0+), or, asked for by name, the Triton ``mx_matmul`` or
+``lax.scaled_dot``.
 
 Several contracting dims are blocked as one, flattened in
 ``dimension_numbers`` order; a length that is not a multiple of the block is

@@ -4,8 +4,9 @@ to and from the operand layouts of ``jax.lax.scaled_dot`` and
 
 :func:`matmul` follows ``jnp.matmul`` (``a`` blocked along its last axis,
 ``b`` along its second to last) and takes any MX format, on any backend. The
-Pallas kernel ``jaxfp8.ops.mx_matmul`` (``a @ b.T``, mxfp8 only) lives in
-:mod:`jaxfp8._src.kernels.mx_matmul`, with the one reference it is tested
+kernels ``jaxfp8.ops.mx_matmul_mgpu`` (Mosaic GPU) and
+``jaxfp8.ops.mx_matmul`` (Triton) (``a @ b.T``, mxfp8 only) live in
+:mod:`jaxfp8._src.kernels`, with the one reference they are tested
 against, ``mx_matmul_reference``.
 
 Both JAX ops take the elements as a native narrow array and one scale per

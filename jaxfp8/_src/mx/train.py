@@ -128,12 +128,14 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or a string for
       :func:`~jaxfp8._src.mx.recipes.get_recipe`.
     key: a PRNG key, needed with ``recipe.stochastic_grad``.
-    backend: how each MX GEMM multiplies: ``"auto"`` (the Pallas
-      ``mx_matmul`` on GPU for mxfp8, else ``"dequantize"``),
-      ``"dequantize"`` (exact dequantize, float32 dot at HIGHEST precision),
-      ``"pallas"`` (mxfp8 only) or ``"scaled_dot"`` (``lax.scaled_dot``; not
-      fp6). High-precision GEMMs always run as a float32 dot.
-    interpret: the Pallas backend's mode (as ``jaxfp8.ops.mx_matmul`` takes
+    backend: how each MX GEMM multiplies: ``"auto"`` (the Mosaic GPU
+      ``mx_matmul_mgpu`` on a GPU of compute capability >= 9.0 for mxfp8,
+      else ``"dequantize"``), ``"dequantize"`` (exact dequantize, float32
+      dot at HIGHEST precision), ``"mosaic"`` (mxfp8 only), ``"triton"``
+      (the Triton ``mx_matmul``, mxfp8 only; ``"pallas"`` is its older
+      name) or ``"scaled_dot"`` (``lax.scaled_dot``; not fp6).
+      High-precision GEMMs always run as a float32 dot.
+    interpret: the kernel backends' mode (as ``jaxfp8.ops.mx_matmul`` takes
       it; True runs the kernel in Pallas' interpreter, on CPU too).
     **kwargs: other ``lax.dot_general`` options Flax passes
       (``out_sharding``); ignored.
@@ -149,7 +151,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   >>> x, w = jnp.ones((4, 64)), jnp.full((64, 8), 0.5)
   >>> dot_general(x, w, (((1,), (0,)), ((), ())))[0, :2]
   Array([32., 32.], dtype=float32)
-  >>> dot_general(x, w, (((1,), (0,)), ((), ())), backend="pallas",
+  >>> dot_general(x, w, (((1,), (0,)), ((), ())), backend="triton",
   ...             interpret=True)[0, :2]
   Array([32., 32.], dtype=float32)
   """

@@ -401,8 +401,11 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     state: for recipes with delayed scaling, ``init_state(recipe)`` or the
       next state a gradient returned; its gradient is the next state.
     backend: how MX GEMMs multiply, as :func:`jaxfp8.mx.dot_general` takes
-      it; other GEMMs ignore it.
-    interpret: the Pallas kernels' mode (True: Pallas' interpreter).
+      it (``"auto"``: the Mosaic GPU kernel on compute capability 9.0+);
+      fp8 blockwise GEMMs read ``"auto"``, ``"mosaic"`` (the Mosaic GPU
+      ``blockwise_matmul``) and ``"dequantize"``, and dequantize for the
+      MX-only names; per-tensor GEMMs ignore it.
+    interpret: the kernels' mode (True: Pallas' interpreter).
     **kwargs: other ``lax.dot_general`` options Flax passes
       (``out_sharding``); ignored.
 

@@ -5,7 +5,7 @@
 
 * both per tensor (kind ``"tensor"``, no transform): the narrow codes
   multiplied with float32 accumulation (``kernels.dispatch.dot_general``:
-  the Pallas fp8 kernel on a GPU where it fits), then the product by one
+  the Mosaic GPU fp8 kernel on compute capability 9.0+), then the product by one
   scale and then the other (``s_a * s_b`` alone may overflow where the
   result won't): :func:`jaxfp8.policy.fp8_dot_general`'s arithmetic.
 * both MX in one format, block size and scale mode, no transform, the
