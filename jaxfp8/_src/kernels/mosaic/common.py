@@ -191,11 +191,20 @@ def _transforms(width: int, itemsize: int):
           plgpu.SwizzleTransform(swizzle))
 
 
-def operand_spec(rows: int, block_k: int, index_map: Callable):
+def operand_spec(rows: int, block_k: int, index_map: Callable, *,
+                 delay_release: int = 0):
   """The shared-memory block of one fp8 operand: (rows, block_k), tiled
-  and swizzled as wgmma reads it (a row of K is ``block_k`` bytes)."""
+  and swizzled as wgmma reads it (a row of K is ``block_k`` bytes).
+  ``delay_release``: steps the pipeline keeps the slot after the body
+  returns (1 where a wgmma reading it may still be in flight)."""
   return plgpu.BlockSpec((rows, block_k), index_map,
-                         transforms=_transforms(block_k, 1))
+                         transforms=_transforms(block_k, 1),
+                         delay_release=delay_release)
+
+
+def concurrent_steps(tiles: Tiles, k_steps: int) -> int:
+  """Pipeline steps in flight: the tiles' choice, at most the K steps."""
+  return min(tiles.max_concurrent_steps, k_steps)
 
 
 def factor_spec(per_step: int, size: int):
@@ -222,7 +231,7 @@ def pipeline(body: Callable, operands: Sequence[Any], specs: Sequence[Any],
   kwargs = {} if init_carry is None else {"init_carry": init_carry}
   return plgpu.emit_pipeline(
       body, grid=(k_steps,), in_specs=list(specs),
-      max_concurrent_steps=min(tiles.max_concurrent_steps, k_steps),
+      max_concurrent_steps=concurrent_steps(tiles, k_steps),
       **kwargs)(*operands)
 
 

@@ -33,16 +33,20 @@ def _kernel(a_gmem, b_gmem, post_gmem, o_gmem, o_smem, *, tiles: common.Tiles,
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
   k_steps = a_gmem.shape[1] // bk
 
+  # With two or more steps in flight, one wgmma stays in flight while the
+  # next tiles land; its slot is released a step late (delay_release).
+  lag = 1 if common.concurrent_steps(tiles, k_steps) > 1 else 0
+
   def scoped(acc_ref):
     def step(_, a_smem, b_smem):
       common.mma(acc_ref, a_smem, b_smem)
-      common.wait(1)  # one wgmma in flight while the next tiles land
+      common.wait(lag)
 
     common.pipeline(
         step, [common.rows_of(a_gmem, tm * bm, bm),
                common.rows_of(b_gmem, tn * bn, bn)],
-        [common.operand_spec(bm, bk, lambda k: (0, k)),
-         common.operand_spec(bn, bk, lambda k: (0, k))],
+        [common.operand_spec(bm, bk, lambda k: (0, k), delay_release=lag),
+         common.operand_spec(bn, bk, lambda k: (0, k), delay_release=lag)],
         k_steps=k_steps, tiles=tiles)
     common.wait(0)
     out = acc_ref[...] * post_gmem[0] * post_gmem[1]
