@@ -214,23 +214,25 @@ def heldout_windows(data: np.ndarray, count: int, seq: int) -> np.ndarray:
   return data[starts[:, None] + np.arange(seq + 1)]
 
 
-def train(recipe: str, args, train_tokens: np.ndarray,
-          eval_tokens: np.ndarray) -> tuple[np.ndarray, float]:
-  """Trains under ``recipe``; returns the per-step losses and held-out loss."""
-  model = ByteLM(width=args.width, layers=args.layers, heads=args.heads,
-                 seq=args.seq, rngs=nnx.Rngs(args.seed))
+def make_step(recipe: str, *, width: int, layers: int, heads: int, seq: int,
+              seed: int, lr):
+  """The jitted training step of a fresh ByteLM under ``recipe``.
+
+  Returns ``(step, loss_fn, state)``: ``step(*state, tokens)`` returns the
+  next ``state`` (params, scaling, rest, opt_state) and the loss;
+  ``loss_fn(params, scaling, rest, tokens)`` the loss and next rest. ``lr``
+  is a learning rate or an optax schedule.
+  """
+  model = ByteLM(width=width, layers=layers, heads=heads, seq=seq,
+                 rngs=nnx.Rngs(seed))
   # The recipe's stochastic rounding and Hadamard signs draw from their own
   # stream, seeded alike for every run.
-  recipes.nnx_recipe(model, rules(recipe, args.layers),
-                     rngs=nnx.Rngs(recipe=args.seed + 1))
-  schedule = optax.warmup_cosine_decay_schedule(
-      0.0, args.lr, warmup_steps=max(1, args.steps // 10),
-      decay_steps=args.steps, end_value=args.lr / 10)
+  recipes.nnx_recipe(model, rules(recipe, layers),
+                     rngs=nnx.Rngs(recipe=seed + 1))
   tx = optax.chain(optax.clip_by_global_norm(1.0),
-                   optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1))
+                   optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=0.1))
   graphdef, params, scaling, rest = nnx.split(model, nnx.Param,
                                               recipes.NnxRecipeState, ...)
-  opt_state = tx.init(params)
 
   def loss_fn(params, scaling, rest, tokens):
     # copy=True: Variables made under this trace, so the recipe's rng count
@@ -247,6 +249,19 @@ def train(recipe: str, args, train_tokens: np.ndarray,
         loss_fn, argnums=(0, 1), has_aux=True)(params, scaling, rest, tokens)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), scaling, rest, opt_state, loss
+
+  return step, loss_fn, (params, scaling, rest, tx.init(params))
+
+
+def train(recipe: str, args, train_tokens: np.ndarray,
+          eval_tokens: np.ndarray) -> tuple[np.ndarray, float]:
+  """Trains under ``recipe``; returns the per-step losses and held-out loss."""
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, args.lr, warmup_steps=max(1, args.steps // 10),
+      decay_steps=args.steps, end_value=args.lr / 10)
+  step, loss_fn, (params, scaling, rest, opt_state) = make_step(
+      recipe, width=args.width, layers=args.layers, heads=args.heads,
+      seq=args.seq, seed=args.seed, lr=schedule)
 
   evaluate = jax.jit(lambda p, s, r, t: loss_fn(p, s, r, t)[0])
   losses = np.zeros(args.steps)
