@@ -415,11 +415,15 @@ def mosaic_correctness(key, deadline):
   """The Mosaic checks, most telling first, until ``deadline`` (correctness
   shares the budget with the timings)."""
   ks = iter(jax.random.split(key, 128))
+  mixed = mgpu_common.takes_pair(E4M3, E5M2)
   for name, *case in mosaic_cases(ks):
     if elapsed() > deadline:
       skip(f"the Mosaic checks from {name!r} on",
            f"past {deadline:.0f} s given to correctness")
       return
+    if not mixed and ("e4m3 x e5m2" in name or "mixed" in name):
+      skip(name, f"JAX {jax.__version__}'s wgmma takes no mixed fp8 pair")
+      continue
     check(name, *case)
 
 

@@ -1,7 +1,7 @@
 """fp8, MXFP8 and fp8 blockwise matrix-product kernels, and their jnp references.
 
 The Mosaic GPU kernels (``*_mgpu``, ``blockwise_matmul``) are the ones the
-library dispatches to on Hopper (compute capability 9.0+); the Triton kernels
+library dispatches to on Hopper (compute capability 9.x); the Triton kernels
 (``scaled_matmul``, ``mx_matmul``) are kept, selectable, while JAX keeps
 Pallas' Triton backend. Off a GPU, every kernel runs its jnp reference, or
 in Pallas' interpreters with ``interpret=True``.

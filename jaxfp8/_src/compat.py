@@ -220,7 +220,8 @@ def mosaic_gpu_kernel(body: Callable, *, out_shape: Any, scratch: Any,
   """``plgpu.kernel(body, ...)`` with the keyword names this JAX takes.
 
   JAX 0.12.0.1 names the output and scratch types ``out_type`` and
-  ``scratch_types``; earlier releases ``out_shape`` and ``scratch_shapes``.
+  ``scratch_types``; 0.10.2 takes those and ``out_shape`` and
+  ``scratch_shapes`` too, older releases only the latter.
   ``interpret`` is None (compiled) or :func:`mosaic_gpu_interpret_params`.
   """
   from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top

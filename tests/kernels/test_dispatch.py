@@ -19,7 +19,9 @@ HAS_INTERPRETER = compat.mosaic_gpu_interpret_params() is not None
 
 @pytest.mark.parametrize("platform,cc,pair,widen,want", [
     ("gpu", 90, (E4M3, E4M3), False, "mosaic"),
-    ("gpu", 100, (E5M2, E5M2), False, "mosaic"),
+    ("gpu", 90, (E5M2, E5M2), False, "mosaic"),
+    ("gpu", 100, (E4M3, E4M3), False, "xla"),  # Blackwell: no wgmma
+    ("gpu", 120, (E4M3, E4M3), False, "xla"),
     ("gpu", 90, (E4M3, E5M2), False, "mosaic" if MIXED_OK else "xla"),
     ("gpu", 90, (E4M3, E4M3), True, "xla"),  # HIGHEST: XLA's own dot
     ("gpu", 89, (E4M3, E4M3), False, "xla"),  # Ada: not Triton by default
@@ -46,7 +48,7 @@ def test_fp8_backend_named_and_interpreted():
 
 
 @pytest.mark.parametrize("platform,cc,backend,want", [
-    ("gpu", 90, "auto", "mosaic"), ("gpu", 100, "auto", "mosaic"),
+    ("gpu", 90, "auto", "mosaic"), ("gpu", 100, "auto", "dequantize"),
     ("gpu", 89, "auto", "dequantize"), ("cpu", None, "auto", "dequantize"),
     ("cpu", None, "mosaic", "mosaic"), ("gpu", 90, "dequantize", "dequantize"),
     ("gpu", 90, "scaled_dot", "dequantize"), ("gpu", 90, "pallas", "dequantize"),

@@ -91,6 +91,17 @@ def check_fp8_matrix(x: Any, arg: str, fn: str) -> jax.Array:
   return jnp.asarray(x)
 
 
+def check_fp8_pair(a: Any, b: Any, fn: str) -> tuple[jax.Array, jax.Array]:
+  """``a`` (M, K) and ``b`` (N, K) checked as K-major fp8 operands of one
+  product (:func:`check_fp8_matrix`, and the same K)."""
+  a = check_fp8_matrix(a, "a", fn)
+  b = check_fp8_matrix(b, "b", fn)
+  if a.shape[1] != b.shape[1]:
+    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
+                     f"(their last axis): got shapes {a.shape} and {b.shape}")
+  return a, b
+
+
 def check_out_dtype(out_dtype: Any, fn: str) -> np.dtype:
   try:
     dt = np.dtype(out_dtype)

@@ -7,7 +7,7 @@ K-major; everything else goes to ``lax.dot_general`` itself.
 
 The choices are pure functions of platform, compute capability and format
 (:func:`fp8_backend`, :func:`mx_backend`, :func:`blockwise_backend`): on a
-GPU of compute capability 9.0 or more (Hopper, Blackwell) the Mosaic GPU
+GPU of compute capability 9.x (Hopper) the Mosaic GPU
 kernels (:mod:`jaxfp8._src.kernels.mosaic`); elsewhere XLA (fp8 products)
 or the exact dequantize-and-dot (MX, blockwise). The Triton kernels run only
 when asked for by name (``"triton"``, or ``"pallas"``, its older name),
@@ -92,11 +92,10 @@ def _compute_capability(platform: str, cc: int | None) -> int | None:
 
 def hopper(platform: str, compute_capability: int | None = None) -> bool:
   """Whether the platform runs the Mosaic GPU kernels compiled: a GPU of
-  compute capability >= 9.0 (``compute_capability`` defaults to the first
+  compute capability 9.x (``compute_capability`` defaults to the first
   device's)."""
   cc = _compute_capability(platform, compute_capability)
-  return (platform in _GPU_PLATFORMS and cc is not None
-          and cc >= mosaic_common.MIN_COMPUTE_CAPABILITY)
+  return platform in _GPU_PLATFORMS and mosaic_common.is_hopper(cc)
 
 
 def fp8_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
@@ -106,7 +105,7 @@ def fp8_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
   """The kernel of an fp8 ``dot_general``: "mosaic", "triton" or "xla".
 
   ``"auto"``: the Mosaic GPU kernel where it runs compiled (compute
-  capability >= 9.0) or, with ``interpret=True``, in its interpreter (JAX
+  capability 9.x: Hopper) or, with ``interpret=True``, in its interpreter (JAX
   >= 0.11; the Triton kernel's interpreter before), when it takes the
   operand pair and no bfloat16 widening is asked (``widen``: HIGHEST
   precision, which only the Triton kernel does); else ``"xla"``
@@ -147,7 +146,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   kernel :func:`fp8_backend` picks with float32 accumulation, and the
   result is reshaped to dot_general's (lhs kept, rhs kept) axes: by default
   the Mosaic GPU kernel (:func:`jaxfp8.ops.scaled_matmul_mgpu`) on a GPU of
-  compute capability >= 9.0, ``lax.dot_general`` itself elsewhere (XLA's
+  compute capability 9.x, ``lax.dot_general`` itself elsewhere (XLA's
   fp8 GEMM on other GPUs). ``backend="triton"`` runs the Triton kernel
   (:func:`jaxfp8.ops.scaled_matmul`; ``precision=HIGHEST`` selects its
   bfloat16 MMA), ``"mosaic"`` the Mosaic GPU one, ``"xla"``
@@ -257,7 +256,7 @@ def mx_backend(platform: str, fmt: str, *, block_size: int,
 
   ``"auto"``: ``"mosaic"`` (the Mosaic GPU ``mx_matmul_mgpu``: fp8 operands
   into the tensor cores, block scales in registers) on a GPU of compute
-  capability >= 9.0 for mxfp8 with blocks of 32, 64 or 128, else
+  capability 9.x (Hopper) for mxfp8 with blocks of 32, 64 or 128, else
   ``"dequantize"`` (exact dequantize, float32 dot at HIGHEST precision):
   the fastest exact path on CPU, where ``lax.scaled_dot`` flushes blocks of
   scale code 0 (see ``docs/mx.md``). The Triton ``mx_matmul``
@@ -301,7 +300,7 @@ def blockwise_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
   """How an fp8 blockwise GEMM (1x128 / 128x128 blocks) multiplies:
   ``"mosaic"`` (:func:`jaxfp8.ops.blockwise_matmul`) or ``"dequantize"``.
 
-  ``"auto"``: the Mosaic GPU kernel on a GPU of compute capability >= 9.0
+  ``"auto"``: the Mosaic GPU kernel on a GPU of compute capability 9.x
   where it takes the operand pair, else the exact dequantize-and-dot;
   ``"mosaic"`` and ``"dequantize"`` as named. The MX-only backends
   (``"triton"``, ``"pallas"``, ``"scaled_dot"``) don't apply to these GEMMs,

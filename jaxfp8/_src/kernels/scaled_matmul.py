@@ -178,11 +178,7 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
          [16, 16, 16]], dtype=bfloat16)
   """
   fn = "scaled_matmul"
-  a = common.check_fp8_matrix(a, "a", fn)
-  b = common.check_fp8_matrix(b, "b", fn)
-  if a.shape[1] != b.shape[1]:
-    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
-                     f"(their last axis): got shapes {a.shape} and {b.shape}")
+  a, b = common.check_fp8_pair(a, b, fn)
   a_scale = check_scale(a_scale, "a_scale", fn)
   b_scale = check_scale(b_scale, "b_scale", fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)

@@ -6,7 +6,7 @@ contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
 multiplies exactly (exact products, float32 accumulation) on the backend
 ``kernels.dispatch.mx_backend`` chooses: the dequantized values in float32
 at HIGHEST precision, the Mosaic GPU ``mx_matmul_mgpu`` (mxfp8 on compute
-capability 9.0+), or, asked for by name, the Triton ``mx_matmul`` or
+capability 9.x), or, asked for by name, the Triton ``mx_matmul`` or
 ``lax.scaled_dot``.
 
 Several contracting dims are blocked as one, flattened in

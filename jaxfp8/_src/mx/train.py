@@ -129,7 +129,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
       :func:`~jaxfp8._src.mx.recipes.get_recipe`.
     key: a PRNG key, needed with ``recipe.stochastic_grad``.
     backend: how each MX GEMM multiplies: ``"auto"`` (the Mosaic GPU
-      ``mx_matmul_mgpu`` on a GPU of compute capability >= 9.0 for mxfp8,
+      ``mx_matmul_mgpu`` on a GPU of compute capability 9.x for mxfp8,
       else ``"dequantize"``), ``"dequantize"`` (exact dequantize, float32
       dot at HIGHEST precision), ``"mosaic"`` (mxfp8 only), ``"triton"``
       (the Triton ``mx_matmul``, mxfp8 only; ``"pallas"`` is its older

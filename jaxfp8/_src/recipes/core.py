@@ -401,7 +401,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     state: for recipes with delayed scaling, ``init_state(recipe)`` or the
       next state a gradient returned; its gradient is the next state.
     backend: how MX GEMMs multiply, as :func:`jaxfp8.mx.dot_general` takes
-      it (``"auto"``: the Mosaic GPU kernel on compute capability 9.0+);
+      it (``"auto"``: the Mosaic GPU kernel on compute capability 9.x);
       fp8 blockwise GEMMs read ``"auto"``, ``"mosaic"`` (the Mosaic GPU
       ``blockwise_matmul``) and ``"dequantize"``, and dequantize for the
       MX-only names; per-tensor GEMMs ignore it.

@@ -5,7 +5,7 @@
 
 * both per tensor (kind ``"tensor"``, no transform): the narrow codes
   multiplied with float32 accumulation (``kernels.dispatch.dot_general``:
-  the Mosaic GPU fp8 kernel on compute capability 9.0+), then the product by one
+  the Mosaic GPU fp8 kernel on compute capability 9.x), then the product by one
   scale and then the other (``s_a * s_b`` alone may overflow where the
   result won't): :func:`jaxfp8.policy.fp8_dot_general`'s arithmetic.
 * both MX in one format, block size and scale mode, no transform, the
@@ -14,7 +14,7 @@
   :func:`jaxfp8.mx.dot_general` runs it.
 * both fp8 blockwise with blocks of 128 along K (1x128 or 128x128), no
   batch dims, where :func:`jaxfp8._src.kernels.dispatch.blockwise_backend`
-  picks the Mosaic GPU kernel (by default on compute capability 9.0+): the
+  picks the Mosaic GPU kernel (by default on compute capability 9.x): the
   fp8 codes and scales multiplied by :func:`jaxfp8.ops.blockwise_matmul`.
 * otherwise the exact dequantized values multiplied in float32 at HIGHEST
   precision: in the operands' own layout where every quantizer is

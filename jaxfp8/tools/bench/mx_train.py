@@ -6,7 +6,7 @@ timed round-robin in the same run against the same step with every Dense
 multiplying in bfloat16: the model under ``jaxfp8.mx.linen_mx`` with each
 recipe (all three GEMMs in MX, on the backend ``mx.dot_general`` chooses
 here: the Mosaic GPU ``mx_matmul_mgpu`` for mxfp8 on a GPU of compute
-capability 9.0+, exact dequantize-and-dot elsewhere), and mxfp8 on the other backend (``lax.scaled_dot`` on CPU,
+capability 9.x, exact dequantize-and-dot elsewhere), and mxfp8 on the other backend (``lax.scaled_dot`` on CPU,
 dequantize on GPU). Then the bytes of the served kernels packed by
 ``jaxfp8.mx.quantize_params`` in each serving format, against bf16 kernels.
 """

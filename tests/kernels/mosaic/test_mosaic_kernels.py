@@ -3,7 +3,7 @@ on CPU.
 
 Written once, in :class:`MosaicKernelTests`, and run by two subclasses:
 :class:`TestCompiledMosaicKernels` (``INTERPRET = False``: compiled by
-Mosaic GPU, skipped without a GPU of compute capability >= 9.0) and
+Mosaic GPU, skipped without a Hopper GPU: compute capability 9.x) and
 :class:`TestInterpretMosaicKernels` (``INTERPRET = True``: Pallas' Mosaic
 GPU interpreter on CPU, skipped where JAX has none, before 0.11). Every
 result is checked against the float64 product of the dequantized operands
@@ -184,7 +184,7 @@ class MosaicKernelTests:
 
 
 class TestCompiledMosaicKernels(MosaicKernelTests):
-  """Compiled by Mosaic GPU: a GPU of compute capability >= 9.0."""
+  """Compiled by Mosaic GPU: a Hopper GPU (compute capability 9.x)."""
   INTERPRET = False
   RTOL = 2.0**-10
 
@@ -192,9 +192,9 @@ class TestCompiledMosaicKernels(MosaicKernelTests):
     if jax.default_backend() != "gpu":
       pytest.skip("compiled Mosaic GPU kernels need a GPU")
     cc = triton_common.gpu_compute_capability()
-    if cc is None or cc < common.MIN_COMPUTE_CAPABILITY:
-      pytest.skip(f"Mosaic GPU's wgmma needs compute capability >= 9.0, "
-                  f"this GPU has {cc}")
+    if not common.is_hopper(cc):
+      pytest.skip(f"the kernels' wgmma needs compute capability 9.x "
+                  f"(Hopper), this GPU has {cc}")
 
 
 class TestInterpretMosaicKernels(MosaicKernelTests):
@@ -213,7 +213,7 @@ class TestInterpretMosaicKernels(MosaicKernelTests):
 # -- tests that run no kernel --------------------------------------------------
 
 @pytest.mark.parametrize("platform,cc,interpret,mode", [
-    ("gpu", 90, None, "compiled"), ("gpu", 100, None, "compiled"),
+    ("gpu", 90, None, "compiled"), ("gpu", 100, None, "reference"),
     ("gpu", 89, None, "reference"), ("cpu", None, None, "reference"),
     ("tpu", None, None, "reference"), ("gpu", 90, False, "compiled")])
 def test_mode_is_a_function_of_platform_and_compute_capability(
@@ -223,8 +223,10 @@ def test_mode_is_a_function_of_platform_and_compute_capability(
 
 
 def test_compiled_mode_needs_hopper():
-  with pytest.raises(NotImplementedError, match="compute capability >= 9.0"):
-    common.resolve_mode(False, "f", platform="gpu", compute_capability=89)
+  for cc in (89, 100):
+    with pytest.raises(NotImplementedError, match="Hopper GPU, compute "
+                       "capability 9.x"):
+      common.resolve_mode(False, "f", platform="gpu", compute_capability=cc)
   with pytest.raises(NotImplementedError, match="'cpu' backend"):
     common.resolve_mode(False, "f", platform="cpu")
   with pytest.raises(TypeError, match="`interpret` argument to `f`"):
@@ -254,6 +256,25 @@ def test_tiles_are_checked_and_fit_shared_memory():
           big.max_concurrent_steps) == (128, 128, 128, 4)
   small = common.choose_tiles(3, 40, 70, fn="f")
   assert (small.block_m, small.block_n) == (64, 64)
+
+
+def test_scaled_matmul_mgpu_errors():
+  host = np.ones((4, 64), jnp.float8_e4m3fn)
+  a = jax.device_put(host)
+  fn = "`scaled_matmul_mgpu`"
+  with pytest.raises(TypeError, match=f"`a` argument to {fn}"):
+    ops.scaled_matmul_mgpu(jax.device_put(np.ones((4, 64), np.float32)), a,
+                           1.0, 1.0)
+  with pytest.raises(ValueError, match="same K"):
+    ops.scaled_matmul_mgpu(a, jax.device_put(host[:, :32]), 1.0, 1.0)
+  with pytest.raises(ValueError, match=f"`b_scale` argument to {fn}"):
+    ops.scaled_matmul_mgpu(a, a, 1.0, jax.device_put(np.ones(2, np.float32)))
+  with pytest.raises(NotImplementedError, match="out_dtype"):
+    ops.scaled_matmul_mgpu(a, a, 1.0, 1.0, out_dtype=jnp.float8_e4m3fn)
+  with pytest.raises(ValueError, match="`block_k` argument"):
+    ops.scaled_matmul_mgpu(a, a, 1.0, 1.0, block_k=256)
+  with pytest.raises(TypeError, match=f"`interpret` argument to {fn}"):
+    ops.scaled_matmul_mgpu(a, a, 1.0, 1.0, interpret=1)
 
 
 def test_blockwise_matmul_errors():

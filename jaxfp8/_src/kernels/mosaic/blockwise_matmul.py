@@ -131,15 +131,11 @@ def blockwise_matmul_reference(a: jax.Array, a_scales: jax.Array,
   """
   fn = "blockwise_matmul_reference"
   return _checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
-                  lambda *args, **kw: _reference(*args, **kw))
+                  _reference)
 
 
 def _checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn, run):
-  a = triton_common.check_fp8_matrix(a, "a", fn)
-  b = triton_common.check_fp8_matrix(b, "b", fn)
-  if a.shape[1] != b.shape[1]:
-    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
-                     f"(their last axis): got shapes {a.shape} and {b.shape}")
+  a, b = triton_common.check_fp8_pair(a, b, fn)
   a_block = _check_block(a_block, "a_block", fn)
   b_block = _check_block(b_block, "b_block", fn)
   k = a.shape[1]
@@ -179,7 +175,7 @@ def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
     b_block: ``(128, 128)`` (default) or ``(1, 128)``.
     out_dtype: bfloat16 (default), float16 or float32.
     interpret: None (default): compiled on a GPU of compute capability
-      >= 9.0, the jnp reference elsewhere. True: the kernel in Pallas'
+      9.x, the jnp reference elsewhere. True: the kernel in Pallas'
       Mosaic GPU interpreter (CPU; JAX >= 0.11). False: compiled.
     block_m: rows of an output tile, 64 or 128 (default 64).
     block_n: columns of an output tile, a power of two in [16, 256].

@@ -14,7 +14,8 @@ output dtype and writes it back by TMA.
 A kernel runs in one of three modes, picked from the ``interpret`` argument:
 
 - ``"compiled"``: lowered by Mosaic GPU, on a GPU of compute capability
-  9.0 or more (``wgmma`` is Hopper's).
+  9.x: ``wgmma`` is Hopper's (Blackwell's tensor cores take ``tcgen05``
+  instead, which these kernels don't issue).
 - ``"interpret"``: the same kernel in Pallas' Mosaic GPU interpreter, on
   CPU (JAX >= 0.11; slow, for tests).
 - ``"reference"``: the plain-jnp reference of the op.
@@ -36,8 +37,15 @@ import numpy as np
 from jaxfp8._src import compat
 from jaxfp8._src.kernels import common as triton_common
 
-# wgmma (warpgroup MMA with fp8 operands) is Hopper's: sm_90 and later.
-MIN_COMPUTE_CAPABILITY = 90
+# wgmma (warpgroup MMA with fp8 operands) is Hopper's, sm_90: Blackwell
+# (10.x, 12.x) has tcgen05 in its place.
+MIN_COMPUTE_CAPABILITY, MAX_COMPUTE_CAPABILITY = 90, 99
+
+
+def is_hopper(compute_capability: int | None) -> bool:
+  """Whether a GPU of this compute capability (90 for 9.0) runs wgmma."""
+  return (compute_capability is not None and MIN_COMPUTE_CAPABILITY
+          <= compute_capability <= MAX_COMPUTE_CAPABILITY)
 
 # One warpgroup's wgmma covers 64 rows; a tile is one or two of them.
 _BLOCK_M = (64, 128)
@@ -67,8 +75,7 @@ def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
     platform = jax.default_backend()
   if compute_capability is None and platform == "gpu":
     compute_capability = triton_common.gpu_compute_capability()
-  hopper = (platform == "gpu" and compute_capability is not None
-            and compute_capability >= MIN_COMPUTE_CAPABILITY)
+  hopper = platform == "gpu" and is_hopper(compute_capability)
   if hopper:
     return "compiled"
   if interpret is None:
@@ -77,8 +84,9 @@ def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
            if platform == "gpu" and compute_capability is not None
            else f"the {platform!r} backend")
   raise NotImplementedError(
-      f"`{fn}` with interpret=False needs a GPU of compute capability >= 9.0 "
-      f"(Mosaic GPU's wgmma is Hopper's), not {where}. Use interpret=True "
+      f"`{fn}` with interpret=False needs a Hopper GPU, compute capability "
+      f"9.x (the kernels issue wgmma, which Blackwell replaced with "
+      f"tcgen05), not {where}. Use interpret=True "
       "(the Mosaic GPU interpreter) or interpret=None (jnp reference).")
 
 

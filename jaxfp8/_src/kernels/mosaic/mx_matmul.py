@@ -90,7 +90,7 @@ def mx_matmul_mgpu(a: mx_array.MXArray, b: mx_array.MXArray, *,
       transposed right operand). Mixed e4m3/e5m2 is multiplied as it is.
     out_dtype: bfloat16 (default), float16 or float32.
     interpret: None (default): compiled on a GPU of compute capability
-      >= 9.0, the jnp reference elsewhere. True: the kernel in Pallas'
+      9.x, the jnp reference elsewhere. True: the kernel in Pallas'
       Mosaic GPU interpreter (CPU; JAX >= 0.11). False: compiled.
     block_m: rows of an output tile, 64 or 128 (default 64: the
       accumulator and the partial sum both live in registers).

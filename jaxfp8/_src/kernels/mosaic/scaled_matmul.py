@@ -101,7 +101,7 @@ def scaled_matmul_mgpu(a: jax.Array, b: jax.Array, a_scale: Any,
     b_scale: float32 scale of ``b``.
     out_dtype: bfloat16 (default), float16 or float32.
     interpret: None (default): compiled on a GPU of compute capability
-      >= 9.0, the jnp reference elsewhere. True: the kernel in Pallas'
+      9.x, the jnp reference elsewhere. True: the kernel in Pallas'
       Mosaic GPU interpreter (CPU; JAX >= 0.11). False: compiled.
     block_m: rows of an output tile, 64 or 128 (default by shape).
     block_n: columns of an output tile, a power of two in [16, 256].
@@ -128,11 +128,7 @@ def scaled_matmul_mgpu(a: jax.Array, b: jax.Array, a_scale: Any,
          [16, 16, 16]], dtype=bfloat16)
   """
   fn = "scaled_matmul_mgpu"
-  a = triton_common.check_fp8_matrix(a, "a", fn)
-  b = triton_common.check_fp8_matrix(b, "b", fn)
-  if a.shape[1] != b.shape[1]:
-    raise ValueError(f"`a` and `b` arguments to `{fn}` must have the same K "
-                     f"(their last axis): got shapes {a.shape} and {b.shape}")
+  a, b = triton_common.check_fp8_pair(a, b, fn)
   a_scale = check_scale(a_scale, "a_scale", fn)
   b_scale = check_scale(b_scale, "b_scale", fn)
   out_dtype = triton_common.check_out_dtype(out_dtype, fn)
