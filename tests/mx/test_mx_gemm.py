@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxfp8 import mx
+from jaxfp8._src import compat
 from jaxfp8._src.kernels import dispatch
 from mx_testing import device_normal
 from mx_testing import qdq64
@@ -54,15 +55,18 @@ def test_backend_choice_per_platform_and_format():
 
 
 @pytest.mark.parametrize("backend,fmt", [("pallas", "mxfp8_e4m3"),
+                                         ("mosaic", "mxfp8_e4m3"),
                                          ("scaled_dot", "mxfp4_e2m1"),
                                          ("auto", "mxfp6_e2m3")])
 def test_packed_weight_products_per_backend(backend, fmt):
+  if backend == "mosaic" and compat.mosaic_gpu_interpret_params() is None:
+    pytest.skip(f"JAX {jax.__version__} has no Mosaic GPU interpreter")
   x = device_normal(0, (2, 5, 96), 3.0)
   w = device_normal(1, (96, 24), 0.1)
   packed = mx.quantize(w, fmt, axis=0, scale_mode="rceil", pad=True)
   dims = (((2,), (0,)), ((), ()))
   wd = np.asarray(packed.dequantize(), np.float64)
-  interpret = True if backend == "pallas" else None
+  interpret = True if backend in ("pallas", "mosaic") else None
   serve = jax.jit(lambda a, q, r: mx.dot_general(
       a, q, dims, recipe=r, backend=backend, interpret=interpret),
                   static_argnums=2)
