@@ -211,11 +211,11 @@ def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
                widen: bool = False):
   if mode == "reference":
     return reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
-                      block_size=block_size)
+                     block_size=block_size)
   m, n = a_data.shape[0], b_data.shape[0]
   ca, cb = a_codes.astype(jnp.int32), b_codes.astype(jnp.int32)
   fast, shifts, unshift = fast_plan(ca, cb, a_data.shape[1], a_data.dtype,
-                                     b_data.dtype)
+                                    b_data.dtype)
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
   # Padding codes repeat a present code so they change no range; the padded
   # elements are zeros, so padded blocks add nothing.
