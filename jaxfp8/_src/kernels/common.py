@@ -198,7 +198,8 @@ class Tiles:
   group_m: int
 
 
-def _pow2_at_least(n: int, floor: int) -> int:
+def pow2_at_least(n: int, floor: int) -> int:
+  """The smallest power of two >= ``n``, at least ``floor``."""
   return max(floor, 1 << (max(n, 1) - 1).bit_length())
 
 
@@ -224,11 +225,11 @@ def choose_tiles(m: int, n: int, k: int, *, caps: tuple[int, int, int],
   fills (at least 16 along M and N, ``min_k`` along K); shapes that don't
   divide the tiles are zero-padded by the caller.
   """
-  bm = (_pow2_at_least(m, 16) if block_m is None else
+  bm = (pow2_at_least(m, 16) if block_m is None else
         _check_tile(block_m, "block_m", fn, 16))
-  bn = (_pow2_at_least(n, 16) if block_n is None else
+  bn = (pow2_at_least(n, 16) if block_n is None else
         _check_tile(block_n, "block_n", fn, 16))
-  bk = (_pow2_at_least(k, min_k) if block_k is None else
+  bk = (pow2_at_least(k, min_k) if block_k is None else
         _check_tile(block_k, "block_k", fn, min_k))
   if block_m is None:
     bm = min(bm, caps[0])

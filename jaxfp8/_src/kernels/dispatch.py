@@ -81,21 +81,6 @@ def _check(lhs, rhs, dimension_numbers, preferred_element_type) -> None:
 # -- the platform's kernels -----------------------------------------------------
 
 FP8_BACKENDS: tuple[str, ...] = ("auto", "mosaic", "triton", "xla")
-_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
-
-
-def _compute_capability(platform: str, cc: int | None) -> int | None:
-  if cc is None and platform in _GPU_PLATFORMS:
-    return common.gpu_compute_capability()
-  return cc
-
-
-def hopper(platform: str, compute_capability: int | None = None) -> bool:
-  """Whether the platform runs the Mosaic GPU kernels compiled: a GPU of
-  compute capability 9.x (``compute_capability`` defaults to the first
-  device's)."""
-  cc = _compute_capability(platform, compute_capability)
-  return platform in _GPU_PLATFORMS and mosaic_common.is_hopper(cc)
 
 
 def fp8_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
@@ -126,11 +111,11 @@ def fp8_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
   if interpret:
     mosaic = takes and compat.mosaic_gpu_interpret_params() is not None
     return "mosaic" if mosaic else "triton"
-  if interpret is None and takes and hopper(platform, compute_capability):
+  hopper = takes and mosaic_common.hopper(platform, compute_capability)
+  if interpret is None and hopper:
     return "mosaic"
   if interpret is False:
-    return "mosaic" if takes and hopper(platform, compute_capability) else (
-        "triton")
+    return "mosaic" if hopper else "triton"
   return "xla"
 
 
@@ -285,7 +270,7 @@ def mx_backend(platform: str, fmt: str, *, block_size: int,
   """
   validate.check_choice(backend, MX_BACKENDS, "backend", fn)
   if backend == "auto":
-    return ("mosaic" if hopper(platform, compute_capability)
+    return ("mosaic" if mosaic_common.hopper(platform, compute_capability)
             and _why_not("mosaic", fmt, block_size) is None else "dequantize")
   why = _why_not(backend, fmt, block_size)
   if why is not None:
@@ -314,7 +299,7 @@ def blockwise_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
   """
   validate.check_choice(backend, MX_BACKENDS, "backend", fn)
   if backend == "auto":
-    return ("mosaic" if hopper(platform, compute_capability)
+    return ("mosaic" if mosaic_common.hopper(platform, compute_capability)
             and mosaic_common.takes_pair(a_dtype, b_dtype) else "dequantize")
   return "mosaic" if backend == "mosaic" else "dequantize"
 

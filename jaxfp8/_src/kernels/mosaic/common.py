@@ -55,6 +55,19 @@ _BLOCK_K = (32, 64, 128)
 SMEM_BYTES = 232448
 
 
+_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+def hopper(platform: str, compute_capability: int | None = None) -> bool:
+  """Whether ``platform`` runs the kernels compiled: a GPU of compute
+  capability 9.x (``compute_capability`` defaults to the first device's)."""
+  if platform not in _GPU_PLATFORMS:
+    return False
+  if compute_capability is None:
+    compute_capability = triton_common.gpu_compute_capability()
+  return is_hopper(compute_capability)
+
+
 def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
                  compute_capability: int | None = None) -> str:
   """Returns "compiled", "interpret" or "reference" for ``interpret``.
@@ -73,13 +86,12 @@ def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
     return "interpret"
   if platform is None:
     platform = jax.default_backend()
-  if compute_capability is None and platform == "gpu":
-    compute_capability = triton_common.gpu_compute_capability()
-  hopper = platform == "gpu" and is_hopper(compute_capability)
-  if hopper:
+  if hopper(platform, compute_capability):
     return "compiled"
   if interpret is None:
     return "reference"
+  if compute_capability is None and platform == "gpu":
+    compute_capability = triton_common.gpu_compute_capability()
   where = (f"a GPU of compute capability {compute_capability / 10:.1f}"
            if platform == "gpu" and compute_capability is not None
            else f"the {platform!r} backend")
@@ -112,10 +124,6 @@ class Tiles:
   block_n: int
   block_k: int
   max_concurrent_steps: int
-
-
-def _pow2_at_least(n: int, floor: int) -> int:
-  return max(floor, 1 << (max(n, 1) - 1).bit_length())
 
 
 def _check_choice_int(v: Any, arg: str, fn: str, allowed: Sequence[int],
@@ -151,7 +159,7 @@ def choose_tiles(m: int, n: int, k: int, *, fn: str, max_block_m: int = 128,
         _check_choice_int(block_m, "block_m", fn, _BLOCK_M,
                           "wgmma row groups of 64"))
   allowed_n = [1 << i for i in range(4, 9)]
-  bn = (min(max_block_n, _pow2_at_least(n, 16)) if block_n is None else
+  bn = (min(max_block_n, triton_common.pow2_at_least(n, 16)) if block_n is None else
         _check_choice_int(block_n, "block_n", fn, allowed_n,
                           "a power of two a wgmma takes"))
   allowed_k = [v for v in _BLOCK_K if v % k_multiple == 0]
@@ -302,8 +310,4 @@ def zeros_like_acc(tiles: Tiles):
       jnp.full((tiles.block_m, tiles.block_n), 0, jnp.float32),
       plgpu.Layout.WGMMA)
 
-
-def pad_to(x: jax.Array, multiples: tuple[int, ...], value: Any = 0
-           ) -> jax.Array:
-  return triton_common.pad_to(x, multiples, value)
 

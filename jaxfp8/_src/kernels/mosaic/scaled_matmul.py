@@ -67,8 +67,8 @@ def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
     return scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
   m, n = a.shape[0], b.shape[0]
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
-  a = common.pad_to(a, (bm, bk))
-  b = common.pad_to(b, (bn, bk))
+  a = triton_common.pad_to(a, (bm, bk))
+  b = triton_common.pad_to(b, (bn, bk))
   grid_m, grid_n = common.grid(a.shape[0], b.shape[0], tiles)
   out = common.launch(
       functools.partial(_kernel, tiles=tiles, grid_m=grid_m, grid_n=grid_n),
