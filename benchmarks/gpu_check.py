@@ -89,7 +89,7 @@ import jaxfp8
 from jaxfp8 import ops
 from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
 from jaxfp8._src.kernels.mosaic import common as mgpu_common
-from jaxfp8._src.recipes import blockwise
+from jaxfp8._src.mx import blockwise
 
 F32, BF16 = jnp.float32, jnp.bfloat16
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2

@@ -1,17 +1,24 @@
-"""Training recipes: how each GEMM of a training step quantizes its operands.
+"""Training recipes: the one way to train in low precision.
 
-One ``dot_general`` runs any recipe (per-tensor fp8, MX, fp8 blockwise,
-NVFP4, bfloat16) in the forward GEMM and both gradient GEMMs. The Flax
-names (``RecipeDotGeneral`` and ``linen_recipe`` for linen,
-``NnxRecipeDotGeneral``, ``nnx_recipe``, ``NnxRecipeState`` and
-``nnx_apply_recipe_state`` for nnx) load Flax on first use.
+A recipe says how each GEMM of a training step (forward, input gradient,
+weight gradient) quantizes its two operands. One ``dot_general`` runs any
+recipe (per-tensor fp8 current or delayed, fp8 blockwise, MXFP8 and the
+other MX formats, the NVFP4 pretraining recipe, bfloat16), and one Flax
+face for each API applies it: ``RecipeDotGeneral`` and ``linen_recipe``
+for linen (state in the :data:`OVERWRITE_WITH_GRADIENT` collection, keys
+from the ``"recipe"`` rng stream), ``NnxRecipeDotGeneral``,
+``nnx_recipe``, ``NnxRecipeState`` and ``nnx_apply_recipe_state`` for nnx.
+The Flax names load Flax on first use.
 
 >>> import jaxfp8
 >>> jaxfp8.recipes.get_recipe("fp8_blockwise").fwd[1].block
 (128, 128)
 """
 from jaxfp8._src.recipes.core import dot_general as dot_general
+from jaxfp8._src.recipes.reference import dot_general_reference as dot_general_reference
 from jaxfp8._src.recipes.core import init_state as init_state
+from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT as OVERWRITE_WITH_GRADIENT
+from jaxfp8._src.recipes.layer_state import split_overwrite_with_gradient as split_overwrite_with_gradient
 from jaxfp8._src.recipes.registry import get_recipe as get_recipe
 from jaxfp8._src.recipes.registry import recipe_table as recipe_table
 from jaxfp8._src.recipes.registry import RECIPES as RECIPES
@@ -19,7 +26,7 @@ from jaxfp8._src.recipes.spec import Quantizer as Quantizer
 from jaxfp8._src.recipes.spec import Recipe as Recipe
 
 # Defined in integration modules that import Flax: loaded on first use.
-# name -> module under jaxfp8._src.recipes.
+# name -> module under jaxfp8._src.faces.
 _FLAX_NAMES: dict[str, str] = {
     "RecipeDotGeneral": "linen", "linen_recipe": "linen",
     "NnxRecipeDotGeneral": "nnx", "NnxRecipeState": "nnx",
@@ -30,7 +37,7 @@ _FLAX_NAMES: dict[str, str] = {
 def __getattr__(name: str):
   if name in _FLAX_NAMES:
     import importlib  # pylint: disable=g-import-not-at-top
-    module = importlib.import_module(f"jaxfp8._src.recipes.{_FLAX_NAMES[name]}")
+    module = importlib.import_module(f"jaxfp8._src.faces.{_FLAX_NAMES[name]}")
     return getattr(module, name)
   raise AttributeError(f"module 'jaxfp8.recipes' has no attribute {name!r}")
 
@@ -40,6 +47,7 @@ def __dir__():
 
 
 __all__ = [
-    "Quantizer", "RECIPES", "Recipe", "dot_general", "get_recipe",
-    "init_state", "recipe_table", *_FLAX_NAMES,
+    "OVERWRITE_WITH_GRADIENT", "Quantizer", "RECIPES", "Recipe",
+    "dot_general", "dot_general_reference", "get_recipe", "init_state",
+    "recipe_table", "split_overwrite_with_gradient", *_FLAX_NAMES,
 ]

@@ -24,9 +24,9 @@ MAX_LINES = 500
 # Modules that may import a framework (each integrates jaxfp8 with one).
 INTEGRATIONS = {
     "jaxfp8._src.checkpoint", "jaxfp8._src.compat", "jaxfp8._src.es.evosax_strategy",
-    "jaxfp8._src.fp8.flax_modules",
-    "jaxfp8._src.install.api", "jaxfp8._src.mx.linen", "jaxfp8._src.mx.nnx",
-    "jaxfp8._src.recipes.linen", "jaxfp8._src.recipes.nnx",
+    "jaxfp8._src.deprecated.fp8_flax",
+    "jaxfp8._src.install.api", "jaxfp8._src.deprecated.mx_flax", "jaxfp8._src.deprecated.mx_flax",
+    "jaxfp8._src.faces.linen", "jaxfp8._src.faces.nnx",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax", "evosax", "gymnax", "spyx")
 

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8 import mx
-from jaxfp8._src.mx import gemm as mx_gemm
+from jaxfp8._src.recipes import mx_gemm as mx_gemm
 from mx_models import data
 from mx_models import MLP
 from mx_models import NnxMLP

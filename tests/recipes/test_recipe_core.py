@@ -20,9 +20,9 @@ from dot_reference import subscripts
 from jaxfp8 import mx
 from jaxfp8 import policy
 from jaxfp8 import recipes
-from jaxfp8._src.recipes import blockwise
-from jaxfp8._src.recipes import hadamard
-from jaxfp8._src.recipes import nvfp4
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import hadamard
+from jaxfp8._src.mx import nvfp4
 
 KEY = jax.random.key(11)
 D2 = (((2,), (0,)), ((), ()))

@@ -340,5 +340,16 @@ def to_float32(x: Any, *, fn: str, arg: str = "x") -> jax.Array:
   return x.astype(jnp.float32)
 
 
+def operand_float32(x: Any, *, fn: str) -> jax.Array:
+  """``x`` in float32 for a product: wide floats (bfloat16 too) converted
+  on device, everything else read by :func:`to_float32`."""
+  dtype = getattr(x, "dtype", None)
+  if (dtype is not None and jnp.issubdtype(dtype, jnp.floating)
+      and np.dtype(dtype).itemsize >= 2):
+    return device_array(x).astype(jnp.float32)
+  return to_float32(x, fn=fn)
+
+
 __all__ = ["NEAREST_OR_STOCHASTIC", "ROUNDINGS", "Rounding", "f32_bits", "limit_magnitude",
-           "round_magnitude", "round_to", "round_to_codes", "to_float32"]
+           "operand_float32", "round_magnitude", "round_to", "round_to_codes",
+           "to_float32"]

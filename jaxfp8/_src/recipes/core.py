@@ -31,7 +31,7 @@ both backward GEMMs).
 Delayed scaling: ``state`` is ``{role: DelayedScaling}`` for the roles
 (``"x"``, ``"w"``, ``"dy"``) whose quantizer is delayed. It is an argument
 of the ``custom_vjp`` and its gradient is the next state (Flax's *overwrite
-with gradient* convention, see :mod:`jaxfp8._src.fp8.dot`).
+with gradient* convention, see :mod:`jaxfp8._src.deprecated.fp8_dot`).
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ import numpy as np
 from jaxfp8._src.fp8.scaling import DelayedScaling
 from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import gemm as gemm_lib
-from jaxfp8._src.mx.recipes import MXRecipe
+from jaxfp8._src.recipes import mx_gemm as gemm_lib
+from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding
 from jaxfp8._src.numerics import validate
@@ -293,7 +293,8 @@ def apply(lhs: jax.Array, rhs: jax.Array, dims, recipe: Recipe, *,
   return _core(lhs, rhs, key, state, static)
 
 
-def _check_operand(x: Any, arg: str, fn: str) -> jax.Array:
+def check_operand(x: Any, arg: str, fn: str) -> jax.Array:
+  """A real operand as a float array (CodeArrays and float6 decoded)."""
   if isinstance(x, CodeArray) or (
       isinstance(x, np.ndarray) and formats.is_narrow(x.dtype)
       and not formats.get(x.dtype).native):
@@ -365,6 +366,44 @@ def _key_users(recipe: Recipe) -> str:
   parts = ([f"stochastic rounding of {', '.join(sr)}"] if sr else []) + (
       [f"a random Hadamard transform in {', '.join(rht)}"] if rht else [])
   return "; ".join(parts)
+
+
+def check_call(lhs: Any, rhs: Any, dimension_numbers: Any, recipe: Recipe,
+               preferred_element_type: Any, key: Any, state: Any, *,
+               fn: str):
+  """``(lhs, rhs, dims, out_dtype, key, state)`` checked for the core:
+  float operands, normalized dims that fit them, contracting lengths a
+  Hadamard transform takes, a key where the recipe needs one (None
+  elsewhere) and a state from :func:`check_state`."""
+  lhs, rhs = check_operand(lhs, "lhs", fn), check_operand(rhs, "rhs", fn)
+  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim, fn=fn)
+  try:
+    jax.eval_shape(functools.partial(lax.dot_general, dimension_numbers=dims),
+                   jax.ShapeDtypeStruct(lhs.shape, jnp.float32),
+                   jax.ShapeDtypeStruct(rhs.shape, jnp.float32))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"`dimension_numbers` argument to `{fn}` "
+                     f"({dimension_numbers!r}) does not fit `lhs` "
+                     f"{lhs.shape} and `rhs` {rhs.shape}: {e}") from e
+  for g, k in _gemm_shapes(lhs.shape, rhs.shape, dims).items():
+    if k % operand.RHT_SIZE and any(
+        q is not None and q.transform for q in getattr(recipe, g)):
+      raise ValueError(
+          f"`{fn}`: recipe {recipe.name!r} applies a random Hadamard "
+          f"transform in the {g} GEMM, whose contracting length must be a "
+          f"multiple of {operand.RHT_SIZE}, got {k} (shapes {lhs.shape}, "
+          f"{rhs.shape}, dims {dims})")
+  out_dtype = (default_out_dtype(lhs.dtype, rhs.dtype)
+               if preferred_element_type is None else preferred_element_type)
+  if recipe.needs_key:
+    if key is None:
+      raise ValueError(f"`{fn}` with recipe {recipe.name!r} needs a `key` "
+                       f"argument (a jax.random key) for {_key_users(recipe)}")
+    key = validate.check_key(key, fn)
+  else:
+    key = None
+  state = check_state(state, recipe, fn=fn)
+  return lhs, rhs, dims, out_dtype, key, state
 
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
@@ -440,33 +479,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     return _packed(lhs, rhs, dimension_numbers, recipe,
                    preferred_element_type, run, fn)
   check_backends(recipe, backend, fn=fn)
-  lhs, rhs = _check_operand(lhs, "lhs", fn), _check_operand(rhs, "rhs", fn)
-  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim, fn=fn)
-  try:
-    jax.eval_shape(functools.partial(lax.dot_general, dimension_numbers=dims),
-                   jax.ShapeDtypeStruct(lhs.shape, jnp.float32),
-                   jax.ShapeDtypeStruct(rhs.shape, jnp.float32))
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"`dimension_numbers` argument to `{fn}` "
-                     f"({dimension_numbers!r}) does not fit `lhs` "
-                     f"{lhs.shape} and `rhs` {rhs.shape}: {e}") from e
-  for g, k in _gemm_shapes(lhs.shape, rhs.shape, dims).items():
-    if k % operand.RHT_SIZE and any(
-        q is not None and q.transform for q in getattr(recipe, g)):
-      raise ValueError(
-          f"`{fn}`: recipe {recipe.name!r} applies a random Hadamard "
-          f"transform in the {g} GEMM, whose contracting length must be a "
-          f"multiple of {operand.RHT_SIZE}, got {k} (shapes {lhs.shape}, "
-          f"{rhs.shape}, dims {dims})")
-  out_dtype = (default_out_dtype(lhs.dtype, rhs.dtype)
-               if preferred_element_type is None else preferred_element_type)
-  if recipe.needs_key:
-    if key is None:
-      raise ValueError(f"`{fn}` with recipe {recipe.name!r} needs a `key` "
-                       f"argument (a jax.random key) for {_key_users(recipe)}")
-    key = validate.check_key(key, fn)
-  else:
-    key = None
-  state = check_state(state, recipe, fn=fn)
+  lhs, rhs, dims, out_dtype, key, state = check_call(
+      lhs, rhs, dimension_numbers, recipe, preferred_element_type, key,
+      state, fn=fn)
   return apply(lhs, rhs, dims, recipe, out_dtype=out_dtype, key=key,
                state=state, run=run)

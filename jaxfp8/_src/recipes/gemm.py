@@ -10,7 +10,7 @@
   result won't): :func:`jaxfp8.policy.fp8_dot_general`'s arithmetic.
 * both MX in one format, block size and scale mode, no transform, the
   second operand rounded to nearest: one GEMM of
-  :func:`jaxfp8._src.mx.gemm.gemm` on its backend, as
+  :func:`jaxfp8._src.recipes.mx_gemm.gemm` on its backend, as
   :func:`jaxfp8.mx.dot_general` runs it.
 * both fp8 blockwise with blocks of 128 along K (1x128 or 128x128), no
   batch dims, where :func:`jaxfp8._src.kernels.dispatch.blockwise_backend`
@@ -34,12 +34,12 @@ import numpy as np
 
 from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.kernels.mosaic import blockwise_matmul as blockwise_kernel
-from jaxfp8._src.mx import gemm as gemm_lib
-from jaxfp8._src.mx.recipes import MXRecipe
+from jaxfp8._src.recipes import mx_gemm as gemm_lib
+from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
-from jaxfp8._src.recipes import blockwise
+from jaxfp8._src.mx import blockwise
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
 
@@ -50,14 +50,14 @@ def elementwise(q: Optional[Quantizer]) -> bool:
 
 
 def mx_pair(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> bool:
-  """Whether one MX GEMM of :mod:`jaxfp8._src.mx.gemm` multiplies them."""
+  """Whether one MX GEMM of :mod:`jaxfp8._src.recipes.mx_gemm` multiplies them."""
   return (qa is not None and qb is not None and qa.kind == qb.kind == "mx"
           and (qa.format, qa.block, qa.scale) == (qb.format, qb.block, qb.scale)
           and not qa.transform and not qb.stochastic)
 
 
 def mx_recipe(q: Quantizer) -> MXRecipe:
-  """The MXRecipe :mod:`jaxfp8._src.mx.gemm` reads ``q``'s block from."""
+  """The MXRecipe :mod:`jaxfp8._src.recipes.mx_gemm` reads ``q``'s block from."""
   return MXRecipe(q.format, q.format, q.format, scale_mode=q.scale,
                   block_size=q.block_size)
 
@@ -96,7 +96,7 @@ def _blockwise_kernel(a: Op, b: Op, dims, run: gemm_lib.Run):
 
 
 def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
-  """The format :func:`jaxfp8._src.mx.gemm.trace_gemms` records."""
+  """The format :func:`jaxfp8._src.recipes.mx_gemm.trace_gemms` records."""
   fa, fb = (None if q is None else q.format for q in (qa, qb))
   return fa if fa == fb else f"{fa}*{fb}"
 
@@ -162,6 +162,16 @@ def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key) -> jax.Array:
     out = _blockwise_kernel(a, b, dims, run)
     if out is not None:
       return out
+  return dequantized_product(a, b, dims, key)
+
+
+def dequantized_product(a: Op, b: Op, dims, key) -> jax.Array:
+  """``dot_general(a, b, dims)`` of the exact dequantized values, float32 at
+  HIGHEST: in the operands' own layout where every quantizer is elementwise
+  or None, else in the GEMM's view, transformed first where the quantizers
+  say so. The product every other path of :func:`multiply` must equal up
+  to summation order."""
+  qa, qb = a.q, b.q
   value = lambda o: (operand.dequantize_elementwise(o.codes, o.scale)
                      if o.codes is not None else o.x)
   transform = qa is not None and qa.transform or qb is not None and qb.transform
@@ -184,6 +194,6 @@ def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key) -> jax.Array:
 
 
 def record(name: str, pair, a, b) -> None:
-  """Records the GEMM for :func:`jaxfp8._src.mx.gemm.trace_gemms`; ``a``,
+  """Records the GEMM for :func:`jaxfp8._src.recipes.mx_gemm.trace_gemms`; ``a``,
   ``b``: arrays or :class:`Op`."""
   gemm_lib.record(name, label(*pair), a, b)

@@ -7,12 +7,12 @@ leaves as variables with Flax's own fp8 names (``input_amax_history``,
 ``input_scale``, ``kernel_...``, ``output_grad_...``), the names
 :class:`jaxfp8.policy.Fp8DotGeneral` has always used, and rebuilds the dict
 from them before each call. Framework-free, so linen
-(:mod:`jaxfp8._src.recipes.linen`) and nnx (:mod:`jaxfp8._src.recipes.nnx`)
+(:mod:`jaxfp8._src.faces.linen`) and nnx (:mod:`jaxfp8._src.faces.nnx`)
 share it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import jax
 
@@ -42,3 +42,24 @@ def rebuild(treedef: Any, values: Iterable[jax.Array]) -> Any:
   state: formats and settings) with the leaves ``values``, in the order of
   :func:`named_leaves`."""
   return jax.tree_util.tree_unflatten(treedef, list(values))
+
+
+# The linen collection that holds delayed-scaling state; Flax's TrainState
+# replaces a variable of this collection by its "gradient" (the next state).
+OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
+
+
+def split_overwrite_with_gradient(variables: Any) -> tuple[Any, Optional[Any]]:
+  """``(params part, state part)`` of a linen variables dict or its gradient.
+
+  >>> split_overwrite_with_gradient({"params": 1, OVERWRITE_WITH_GRADIENT: 2})
+  ({'params': 1}, 2)
+  >>> split_overwrite_with_gradient({"params": 1})
+  ({'params': 1}, None)
+  """
+  if isinstance(variables, dict) or hasattr(variables, "keys"):
+    if OVERWRITE_WITH_GRADIENT in variables:
+      rest = {k: v for k, v in variables.items()
+              if k != OVERWRITE_WITH_GRADIENT}
+      return rest, variables[OVERWRITE_WITH_GRADIENT]
+  return variables, None

@@ -28,12 +28,13 @@ from jax import lax
 
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import gemm as gemm_lib
+from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics.rounding import operand_float32
 from jaxfp8._src.numerics.codes import decode
-from jaxfp8._src.recipes import blockwise
-from jaxfp8._src.recipes import hadamard
-from jaxfp8._src.recipes import nvfp4
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import hadamard
+from jaxfp8._src.mx import nvfp4
 from jaxfp8._src.recipes.spec import Quantizer
 
 # The Hadamard transform's block: it mixes runs of 16 along the contracting
@@ -43,7 +44,7 @@ RHT_SIZE = 16
 
 def float32(x: Any) -> jax.Array:
   """The operand's values in float32 (narrow and CodeArray ones decoded)."""
-  return gemm_lib.operand_float32(x, fn="dot_general")
+  return operand_float32(x, fn="dot_general")
 
 
 # -- per tensor ----------------------------------------------------------------

@@ -3,7 +3,7 @@
 :data:`RECIPES` maps each name to how it is built (keyword overrides
 allowed), what it does, where it comes from and where it runs natively.
 :func:`get_recipe` also reads an MX recipe
-(:class:`~jaxfp8._src.mx.recipes.MXRecipe`, an MX format name or MX
+(:class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`, an MX format name or MX
 ``key=value`` string, as :func:`jaxfp8.mx.get_recipe` does) into a
 :class:`~jaxfp8._src.recipes.spec.Recipe`.
 
@@ -19,8 +19,8 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Optional
 
-from jaxfp8._src.mx import recipes as mx_recipes
-from jaxfp8._src.mx.recipes import MXRecipe
+from jaxfp8._src.recipes import mx_recipe as mx_recipes
+from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.recipes.spec import Quantizer
 from jaxfp8._src.recipes.spec import Recipe
 
@@ -207,7 +207,7 @@ def get_recipe(recipe: Any = "fp8_current", **overrides: Any) -> Recipe:
 
   Args:
     recipe: a :class:`Recipe` (returned as it is), a name of
-      :data:`RECIPES`, an :class:`~jaxfp8._src.mx.recipes.MXRecipe`, a
+      :data:`RECIPES`, an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`, a
       string :func:`jaxfp8.mx.get_recipe` reads (an MX format name such as
       ``"mxfp6_e2m3"``, or ``"f=mxfp8,w=none"``), or None (every operand
       as given: high precision).

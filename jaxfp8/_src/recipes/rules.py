@@ -10,9 +10,9 @@ object) stands for ``[(".*", recipe)]``: every layer.
 This is the one place that reads rules, for every kind of recipe: the
 callers pass the function that reads one recipe (the core's
 :func:`~jaxfp8._src.recipes.registry.get_recipe`, or MX's
-:func:`~jaxfp8._src.mx.recipes.get_recipe`) and the recipe that None means
+:func:`~jaxfp8._src.recipes.mx_recipe.get_recipe`) and the recipe that None means
 for the whole rule set. The Flax integrations
-(:mod:`jaxfp8._src.recipes.linen`, :mod:`jaxfp8._src.recipes.nnx` and the MX
+(:mod:`jaxfp8._src.faces.linen`, :mod:`jaxfp8._src.faces.nnx` and the MX
 ones built on them) apply them.
 """
 from __future__ import annotations

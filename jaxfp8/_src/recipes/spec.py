@@ -16,11 +16,11 @@ Quantizer kinds:
   or delayed (a :class:`jaxfp8.policy.DelayedScaling` state): the scaling of
   :mod:`jaxfp8._src.fp8.scaling`.
 * ``"block"``: fp8 blockwise, one float32 scale per 1xN tile or NxN block
-  (:mod:`jaxfp8._src.recipes.blockwise`).
+  (:mod:`jaxfp8._src.mx.blockwise`).
 * ``"mx"``: an OCP MX format (``format`` an MX format name), 1-D blocks
   along the contracting axis (:mod:`jaxfp8._src.mx.array`).
 * ``"nvfp4"``: NVFP4's two-level scales, E4M3 per block of 16 (1x16 or
-  16x16) and one float32 per tensor (:mod:`jaxfp8._src.recipes.nvfp4`).
+  16x16) and one float32 per tensor (:mod:`jaxfp8._src.mx.nvfp4`).
 
 Each GEMM quantizes its operands along its own contracting axis: an operand
 is viewed as (batch..., free, contracting), ``(..., M, K)``; a block (1, N)

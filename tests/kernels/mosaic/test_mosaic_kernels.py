@@ -25,7 +25,7 @@ from jaxfp8 import ops
 from jaxfp8._src import compat
 from jaxfp8._src.kernels import common as triton_common
 from jaxfp8._src.kernels.mosaic import common
-from jaxfp8._src.recipes import blockwise
+from jaxfp8._src.mx import blockwise
 import kernel_reference as ref_lib
 
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2

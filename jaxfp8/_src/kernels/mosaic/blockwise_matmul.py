@@ -6,7 +6,7 @@
 ``(1, 128)`` operand (activations, gradients) has a scale per row and K
 block, shape (M, ceil(K / 128)); a ``(128, 128)`` operand (weights) a scale
 per square tile, shape (ceil(N / 128), ceil(K / 128)). That is what
-:func:`jaxfp8._src.recipes.blockwise.quantize` gives, and what the
+:func:`jaxfp8._src.mx.blockwise.quantize` gives, and what the
 ``"fp8_blockwise"`` recipe's GEMMs multiply.
 
 The block-scaled kernel (:mod:`jaxfp8._src.kernels.mosaic.block_scaled`)

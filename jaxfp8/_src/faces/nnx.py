@@ -26,7 +26,7 @@ Where a layer keeps what its recipe needs:
   carries between steps).
 
 :func:`replace_layers` is the graph surgery itself, shared with
-:func:`jaxfp8._src.mx.nnx.nnx_mx`. An integration module: it imports Flax,
+:func:`jaxfp8._src.deprecated.mx_flax.nnx_mx`. An integration module: it imports Flax,
 and ``jaxfp8.recipes`` loads it on first use of one of these names.
 """
 from __future__ import annotations

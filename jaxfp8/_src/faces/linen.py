@@ -30,7 +30,7 @@ Where a layer keeps what its recipe needs:
   raises (``init`` may fall back to the ``"params"`` stream).
 
 :func:`intercept_layers` is the interception itself, shared with
-:func:`jaxfp8._src.mx.linen.linen_mx`. An integration module: it imports
+:func:`jaxfp8._src.deprecated.mx_flax.linen_mx`. An integration module: it imports
 Flax, and ``jaxfp8.recipes`` loads it on first use of one of these names.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8._src import compat
-from jaxfp8._src.fp8.dot import OVERWRITE_WITH_GRADIENT
+from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
 from jaxfp8._src.recipes import layer_state

@@ -1,32 +1,93 @@
-"""Flax nnx around the MX ``dot_general``: dot_general objects and conversion.
+"""The Flax faces of MX training of earlier releases (deprecated).
 
-* :class:`NnxMXDotGeneral`: the MX ``dot_general`` for
-  ``nnx.Linear(dot_general=...)``.
-* :class:`NnxStochasticMXDotGeneral`: the same drawing a fresh key per call
-  from an ``nnx.Rngs`` stream, for stochastic gradient rounding.
-* :func:`nnx_mx`: replaces in place (graph surgery) the ``dot_general`` of
-  ``Linear`` / ``LinearGeneral`` layers and the ``einsum_op`` of ``Einsum``
-  layers whose attribute path matches the rules
-  (:mod:`jaxfp8._src.mx.recipes`); layers whose kernel is packed
-  (:mod:`jaxfp8._src.mx.serving`) multiply it as packed: the graph surgery
-  of :func:`jaxfp8._src.recipes.nnx.replace_layers` with MX recipes
-  (:func:`jaxfp8._src.recipes.nnx.nnx_recipe` takes any recipe).
+``jaxfp8.mx.MXDotGeneral`` and ``linen_mx`` (linen), ``NnxMXDotGeneral``,
+``NnxStochasticMXDotGeneral`` and ``nnx_mx`` (nnx) are the one Flax face of
+the recipes (:mod:`jaxfp8._src.faces.linen`, :mod:`jaxfp8._src.faces.nnx`)
+with MX recipes (:class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`), kept for
+this release so that code written for them gives the same numbers. They
+still draw their stochastic-rounding keys from the ``"mx"`` rng stream
+their users pass; the recipe faces use ``"recipe"``.
 
 An integration module: it imports Flax, and ``jaxfp8.mx`` loads it on first
-use of one of these names.
+use of one of these names (with a ``DeprecationWarning``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Iterator
 
+from flax import linen as nn
 from flax import nnx
 import jax
 
-from jaxfp8._src.mx import recipes
-from jaxfp8._src.mx import train as mx_train
-from jaxfp8._src.recipes import nnx as recipe_nnx
+from jaxfp8._src.deprecated import mx_dot
+from jaxfp8._src.faces import linen as recipe_linen
+from jaxfp8._src.faces import nnx as recipe_nnx
+from jaxfp8._src.recipes import mx_recipe
+
+
+class MXDotGeneral(nn.Module):
+  """The MX ``dot_general`` as a linen module: ``nn.Dense(dot_general_cls=
+  functools.partial(MXDotGeneral, recipe=...))``.
+
+  Stochastic rounding of gradients draws its key from the ``"mx"`` rng
+  stream (``model.apply(..., rngs={"mx": key})``).
+
+  Attributes:
+    recipe: an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe` or its string form.
+  """
+  recipe: Any = "mxfp8"
+
+  @nn.compact
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+               preferred_element_type=None, **kwargs):
+    recipe = mx_recipe.get_recipe(self.recipe)
+    key = self.make_rng("mx") if recipe.stochastic_grad else None
+    return mx_dot.dot_general(lhs, rhs, dimension_numbers, precision,
+                                preferred_element_type, recipe=recipe,
+                                key=key, **kwargs)
+
+
+@contextlib.contextmanager
+def linen_mx(rules: Any = None) -> Iterator[None]:
+  """Runs linen ``Dense`` / ``DenseGeneral`` / ``Einsum`` layers chosen by
+  rules in MX, and applies a model from packed weights.
+
+  Use around ``model.init`` / ``model.apply`` (also inside a jitted step):
+  the model code is unchanged; matching layers call
+  :func:`~jaxfp8._src.deprecated.mx_dot.dot_general` with their rule's recipe. A
+  layer whose kernel in the applied params is an MXArray (from
+  :func:`~jaxfp8._src.mx.serving.quantize_params`) multiplies it as packed,
+  with its rule's recipe quantizing the activations (dynamic MX activations)
+  or, under a rule of None or no rule, with the activations as they are
+  (weight-only).
+
+  Args:
+    rules: ``(regex, recipe)`` pairs (see :mod:`jaxfp8._src.recipes.mx_recipe`),
+      one recipe for every layer, or None for ``"mxfp8"`` everywhere.
+
+  >>> import jax, jax.numpy as jnp
+  >>> from flax import linen as nn
+  >>> model = nn.Dense(4)
+  >>> params = model.init(jax.random.key(0), jnp.ones((2, 32)))
+  >>> with linen_mx([("Dense", "mxfp4")]):
+  ...   y = model.apply(params, jnp.ones((2, 32)))
+  >>> y.shape
+  (2, 4)
+  """
+  rules = mx_recipe.check_rules(rules, fn="linen_mx")
+
+  def dot_for(module, path, packed):
+    del module
+    recipe = mx_recipe.layer_recipe(rules, path, packed=packed is not None)
+    if recipe is None:
+      return None
+    return functools.partial(mx_dot.dot_general, recipe=recipe)
+
+  with recipe_linen.intercept_layers(dot_for):
+    yield
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +101,12 @@ class NnxMXDotGeneral:
   step: use :class:`NnxStochasticMXDotGeneral` for those.
 
   Attributes:
-    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or its string form.
+    recipe: an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe` or its string form.
   """
   recipe: Any = "mxfp8"
 
   def __post_init__(self):
-    recipe = recipes.get_recipe(self.recipe)
+    recipe = mx_recipe.get_recipe(self.recipe)
     if recipe.stochastic_grad:
       raise ValueError("`NnxMXDotGeneral` can't hold the per-step key that a "
                        "stochastic_grad recipe needs; use "
@@ -54,7 +115,7 @@ class NnxMXDotGeneral:
 
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):
-    return mx_train.dot_general(lhs, rhs, dimension_numbers, precision,
+    return mx_dot.dot_general(lhs, rhs, dimension_numbers, precision,
                                 preferred_element_type, recipe=self.recipe,
                                 **kwargs)
 
@@ -69,7 +130,7 @@ class NnxStochasticMXDotGeneral(nnx.Module):
   ``nnx.jit`` carries between steps).
 
   Args:
-    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or its string form
+    recipe: an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe` or its string form
       (usually with ``stochastic_grad=True``).
     rngs: an ``nnx.Rngs`` (shared with the model, or its own).
 
@@ -85,7 +146,7 @@ class NnxStochasticMXDotGeneral(nnx.Module):
     if not isinstance(rngs, nnx.Rngs):
       raise TypeError(f"`rngs` argument to `NnxStochasticMXDotGeneral` must "
                       f"be an nnx.Rngs, got {type(rngs).__name__}")
-    self.recipe = recipes.get_recipe(recipe)
+    self.recipe = mx_recipe.get_recipe(recipe)
     self.rngs = rngs
 
   def next_key(self) -> jax.Array | None:
@@ -94,7 +155,7 @@ class NnxStochasticMXDotGeneral(nnx.Module):
 
   def for_call(self) -> Any:
     """The plain MX ``dot_general`` of one call, the next key bound."""
-    return functools.partial(mx_train.dot_general, recipe=self.recipe,
+    return functools.partial(mx_dot.dot_general, recipe=self.recipe,
                              key=self.next_key())
 
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
@@ -118,7 +179,7 @@ def nnx_mx(model: Any, rules: Any = None, *,
 
   Args:
     model: an ``nnx.Module``.
-    rules: ``(regex, recipe)`` pairs (see :mod:`jaxfp8._src.mx.recipes`),
+    rules: ``(regex, recipe)`` pairs (see :mod:`jaxfp8._src.recipes.mx_recipe`),
       one recipe for every layer, or None for ``"mxfp8"`` everywhere.
     rngs: an ``nnx.Rngs`` for stochastic gradient rounding (needed when a
       matching recipe has ``stochastic_grad``): a fresh key each call.
@@ -132,13 +193,13 @@ def nnx_mx(model: Any, rules: Any = None, *,
   True
   """
   fn = "nnx_mx"
-  rules = recipes.check_rules(rules, fn=fn)
+  rules = mx_recipe.check_rules(rules, fn=fn)
   if rngs is not None and not isinstance(rngs, nnx.Rngs):
     raise TypeError(f"`rngs` argument to `{fn}` must be None or an nnx.Rngs, "
                     f"got {type(rngs).__name__}")
 
   def dot_for(path, packed):
-    recipe = recipes.layer_recipe(rules, path, packed=packed)
+    recipe = mx_recipe.layer_recipe(rules, path, packed=packed)
     if recipe is None:
       return None
     if not recipe.stochastic_grad:

@@ -11,7 +11,7 @@ import pytest
 from cast_reference import round_reference
 from jaxfp8 import mx
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.recipes import nvfp4
+from jaxfp8._src.mx import nvfp4
 
 F32_MAX = float(np.finfo(np.float32).max)
 E4M3 = formats.get("float8_e4m3fn")

@@ -10,8 +10,8 @@ Rules say which layers of a model train in MX, and with which recipe
 (:func:`check_rules`, :func:`layer_recipe`: the rules of
 :mod:`jaxfp8._src.recipes.rules` read with MX recipes, ``"mxfp8"`` for
 None, and a packed kernel multiplied weight-only where no recipe applies).
-The Flax integrations (:mod:`jaxfp8._src.mx.linen`,
-:mod:`jaxfp8._src.mx.nnx`) apply them.
+The Flax integrations (:mod:`jaxfp8._src.deprecated.mx_flax`,
+:mod:`jaxfp8._src.deprecated.mx_flax`) apply them.
 """
 from __future__ import annotations
 

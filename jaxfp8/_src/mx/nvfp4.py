@@ -48,7 +48,7 @@ rounded, which makes every step exact. With ``block=(1, 16)`` and nearest
 rounding it gives the codes and scales of ``jaxfp8.mx.quantize(x, "nvfp4")``.
 
 Both rules are exact on every backend, also for subnormal float32 inputs
-and scales (:mod:`jaxfp8._src.recipes.f32`; XLA on CPU would flush them).
+and scales (:mod:`jaxfp8._src.mx.f32`; XLA on CPU would flush them).
 
 Ragged edges: partial blocks take the amax of the elements they hold (TE
 pads with zeros). NaN and Inf, where this module differs from TE (whose
@@ -72,8 +72,8 @@ from jaxfp8._src.mx import scales as mx_scales
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.recipes import blockwise
-from jaxfp8._src.recipes import f32
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import f32
 
 TensorScale = Literal["te", "pow2"]
 TENSOR_SCALES: tuple[str, ...] = ("te", "pow2")

@@ -10,7 +10,7 @@ delayed (:class:`jaxfp8.policy.DelayedScaling` state).
 Delayed-scaling state is an argument of the ``custom_vjp``; its "gradient" is
 the next state (input and kernel amaxes are recorded forward, the output
 gradient's backward). This is Flax's *overwrite with gradient* convention:
-the Flax modules (:mod:`jaxfp8._src.fp8.flax_modules`) keep the state in the
+the Flax modules (:mod:`jaxfp8._src.deprecated.fp8_flax`) keep the state in the
 ``_overwrite_with_gradient`` collection, which
 ``flax.training.train_state.TrainState`` replaces with its gradient instead
 of handing it to the optimizer. A state used by two calls in one step would
@@ -35,7 +35,7 @@ import numpy as np
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.fp8.scaling import CurrentScaling
 from jaxfp8._src.fp8.scaling import DelayedScaling
-from jaxfp8._src.mx import gemm as gemm_lib
+from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.codes import as_float32
 from jaxfp8._src.numerics.codes import CodeArray
@@ -171,24 +171,3 @@ def fp8_dot_general_reference(lhs, rhs, dimension_numbers, *,
     ops.append(decode(q, jnp.float32) * scale)
   return lax.dot_general(ops[0], ops[1], dimension_numbers,
                          precision=lax.Precision.HIGHEST)
-
-
-# The linen collection that holds delayed-scaling state; Flax's TrainState
-# replaces a variable of this collection by its "gradient" (the next state).
-OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
-
-
-def split_overwrite_with_gradient(variables: Any) -> tuple[Any, Optional[Any]]:
-  """``(params part, state part)`` of a linen variables dict or its gradient.
-
-  >>> split_overwrite_with_gradient({"params": 1, OVERWRITE_WITH_GRADIENT: 2})
-  ({'params': 1}, 2)
-  >>> split_overwrite_with_gradient({"params": 1})
-  ({'params': 1}, None)
-  """
-  if isinstance(variables, dict) or hasattr(variables, "keys"):
-    if OVERWRITE_WITH_GRADIENT in variables:
-      rest = {k: v for k, v in variables.items()
-              if k != OVERWRITE_WITH_GRADIENT}
-      return rest, variables[OVERWRITE_WITH_GRADIENT]
-  return variables, None

@@ -1,9 +1,9 @@
 """Flax modules around the fp8 ``dot_general``: linen and nnx.
 
-:func:`jaxfp8.policy.fp8_dot_general` (:mod:`jaxfp8._src.fp8.dot`) is the op,
+:func:`jaxfp8.policy.fp8_dot_general` (:mod:`jaxfp8._src.deprecated.fp8_dot`) is the op,
 the core's per-tensor recipes (``fp8_current``, ``fp8_delayed``); these
 modules are those recipes through the one Flax integration
-(:mod:`jaxfp8._src.recipes.linen`, :mod:`jaxfp8._src.recipes.nnx`), which
+(:mod:`jaxfp8._src.faces.linen`, :mod:`jaxfp8._src.faces.nnx`), which
 keeps delayed-scaling state where each Flax API keeps state.
 
 * linen: :class:`Fp8DotGeneral` (``nn.Dense(dot_general_cls=...)``) keeps the
@@ -27,10 +27,10 @@ from typing import Any
 from flax import linen as nn
 
 from jaxfp8._src.fp8 import scaling
-from jaxfp8._src.fp8.dot import OVERWRITE_WITH_GRADIENT
+from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.mx import formats as mx_formats
-from jaxfp8._src.recipes import linen as recipe_linen
-from jaxfp8._src.recipes import nnx as recipe_nnx
+from jaxfp8._src.faces import linen as recipe_linen
+from jaxfp8._src.faces import nnx as recipe_nnx
 from jaxfp8._src.recipes import registry
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxfp8._src.recipes import hadamard
+from jaxfp8._src.mx import hadamard
 
 TE_SIGNS = np.array(hadamard.TE_SIGNS, np.float32)
 

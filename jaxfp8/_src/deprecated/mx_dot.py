@@ -1,28 +1,10 @@
-"""MX training: ``fake_quantize`` and the MX ``dot_general`` with its VJP.
+"""The MX ``dot_general`` of earlier releases (``jaxfp8.mx.dot_general``).
 
-:func:`dot_general` is ``lax.dot_general`` with MX operands in all three
-GEMMs of a training step (a ``custom_vjp``):
-
-* forward ``y = x . w``: ``x`` and ``w`` blocked along the contracting dims;
-* input gradient ``dx = dy . w``: ``dy`` blocked along the output dims that
-  came from ``w`` (its free dims) and ``w`` along those same free dims;
-* weight gradient ``dw = x . dy``: ``x`` blocked along its free dims and
-  ``dy`` along the output dims that came from ``x``.
-
-Every GEMM quantizes its own operands along *its own* contracting dims, from
-the high-precision residuals ``x`` and ``w`` kept by the forward (as
-torchao's MXFP8 linear does): a tensor blocked along one axis can't be
-re-blocked along another without going back to its values, and re-quantizing
-the dequantized forward operand would round twice. How one GEMM quantizes
-and multiplies is :mod:`jaxfp8._src.mx.gemm`; which format each GEMM uses,
-an :class:`~jaxfp8._src.mx.recipes.MXRecipe`. The op itself is the
-recipe core's (:mod:`jaxfp8._src.recipes.core`): this module reads an
-MXRecipe into the core's :class:`~jaxfp8._src.recipes.spec.Recipe`
-(:func:`jaxfp8._src.recipes.registry.from_mx`) and checks its arguments
-as it always has.
-
-:func:`fake_quantize` is quantization-aware training's other tool: the
-values an MX format holds, with a straight-through gradient.
+Deprecated: ``jaxfp8.recipes.dot_general`` runs every recipe, MX ones
+included. This is that core with MX recipes
+(:class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`) and the MX face's
+argument checks and default result dtype, kept so that code written for it
+gives the same numbers for this release.
 """
 from __future__ import annotations
 
@@ -30,74 +12,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-import numpy as np
 
-from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import gemm as gemm_lib
-from jaxfp8._src.mx import recipes
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import mx_gemm as gemm_lib
+from jaxfp8._src.recipes import mx_recipe as recipes
 from jaxfp8._src.recipes import registry
+from jaxfp8._src.mx import array as mx_lib
 
-
-# -- fake quantization ---------------------------------------------------------
-
-def fake_quantize(x: Any, fmt: Any, *, block_size: int | None = None,
-                  axis: int = -1, scale_mode: str = "floor",
-                  rounding: str = "nearest", key: jax.Array | None = None,
-                  pad: bool = False) -> jax.Array:
-  """``quantize(x, ...).dequantize()`` in ``x``'s dtype, straight-through.
-
-  For quantization-aware training: the forward value is exactly what the MX
-  format holds; the gradient is the identity (a ``custom_vjp``, so it also
-  crosses ``jit``, ``scan`` and ``remat`` boundaries), saturated elements
-  included, as ``jaxfp8.cast`` does.
-
-  Args:
-    x: a real array (bfloat16/float16 results are rounded from float32).
-    fmt, block_size, axis, scale_mode, rounding, key, pad: as for
-      :func:`jaxfp8.mx.quantize`.
-
-  Returns:
-    An array of ``x``'s shape and dtype (float32 for non-float ``x``).
-
-  >>> import jax, jax.numpy as jnp
-  >>> x = jnp.array([960.0, 3.0, -1.0, 0.0] * 8)
-  >>> fake_quantize(x, "mxfp8_e4m3")[:2]
-  Array([896.,   3.], dtype=float32)
-  >>> jax.grad(lambda v: fake_quantize(v, "mxfp4").sum())(x)[:2]
-  Array([1., 1.], dtype=float32)
-  """
-  x32 = gemm_lib.operand_float32(x, fn="fake_quantize")
-  dtype = (x.dtype if hasattr(x, "dtype") and jnp.issubdtype(
-      x.dtype, jnp.floating) and not isinstance(x, np.ndarray) else np.float32)
-  q = mx_lib.quantize(lax.stop_gradient(x32), fmt, block_size=block_size,
-                      axis=axis, scale_mode=scale_mode, rounding=rounding,
-                      key=key, pad=pad)
-  return _identity_grad(x32, q.dequantize()).astype(dtype)
-
-
-@jax.custom_vjp
-def _identity_grad(x, values):
-  del x
-  return values
-
-
-def _identity_grad_fwd(x, values):
-  del x
-  return values, None
-
-
-def _identity_grad_bwd(_, g):
-  return g, None
-
-
-_identity_grad.defvjp(_identity_grad_fwd, _identity_grad_bwd)
-
-
-# -- the MX dot_general --------------------------------------------------------
 
 def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                 precision: Any = None, preferred_element_type: Any = None, *,
@@ -125,8 +48,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     precision: ignored (the products are exact; accumulation is float32).
     preferred_element_type: the result dtype; default the operands'
       promoted float dtype.
-    recipe: an :class:`~jaxfp8._src.mx.recipes.MXRecipe` or a string for
-      :func:`~jaxfp8._src.mx.recipes.get_recipe`.
+    recipe: an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe` or a string for
+      :func:`~jaxfp8._src.recipes.mx_recipe.get_recipe`.
     key: a PRNG key, needed with ``recipe.stochastic_grad``.
     backend: how each MX GEMM multiplies: ``"auto"`` (the Mosaic GPU
       ``mx_matmul_mgpu`` on a GPU of compute capability 9.x for mxfp8,

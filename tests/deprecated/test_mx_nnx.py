@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from jaxfp8 import mx
-from jaxfp8._src.mx import gemm as mx_gemm
+from jaxfp8._src.recipes import mx_gemm as mx_gemm
 from mx_models import data
 from mx_models import NnxMLP
 

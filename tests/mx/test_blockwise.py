@@ -9,8 +9,8 @@ import pytest
 
 from cast_reference import round_reference
 from jaxfp8._src.numerics import formats
-from jaxfp8._src.recipes import blockwise
-from jaxfp8._src.recipes import f32
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import f32
 
 F32_MAX = float(np.finfo(np.float32).max)
 TINY = 2.0**-126

@@ -1,4 +1,4 @@
-"""One MX GEMM of :func:`jaxfp8._src.mx.train.dot_general`, on its backend.
+"""One MX GEMM of :func:`jaxfp8._src.deprecated.mx_dot.dot_general`, on its backend.
 
 A GEMM multiplies two operands quantized in one MX format along their own
 contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
@@ -29,19 +29,10 @@ import numpy as np
 from jaxfp8._src.kernels import dispatch
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx.formats import get_format
-from jaxfp8._src.mx.recipes import MXRecipe
-from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.recipes.mx_recipe import MXRecipe
+from jaxfp8._src.numerics.rounding import operand_float32
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.host import device_array
-
-
-def operand_float32(x: Any, *, fn: str) -> jax.Array:
-  """``x`` in float32: wide floats (bfloat16 too) converted, others checked."""
-  dtype = getattr(x, "dtype", None)
-  if (dtype is not None and jnp.issubdtype(dtype, jnp.floating)
-      and np.dtype(dtype).itemsize >= 2):
-    return device_array(x).astype(jnp.float32)
-  return rounding_lib.to_float32(x, fn=fn)
 
 
 # -- which GEMMs ran in MX -----------------------------------------------------

@@ -37,7 +37,7 @@ The rule, step by step, as TE computes it (files of NVIDIA/TransformerEngine:
    ``satfinite``; the reference clamps before casting).
 
 All of it is exact on every backend, also for subnormal float32 inputs
-(:mod:`jaxfp8._src.recipes.f32`; XLA on CPU would flush them).
+(:mod:`jaxfp8._src.mx.f32`; XLA on CPU would flush them).
 
 NaN and Inf (where this module differs from TE): TE's CUDA amax is an
 ``fmaxf`` reduction, which drops NaN, and an infinite amax gives encode
@@ -60,7 +60,7 @@ from jaxfp8._src.mx import bits as bits_lib
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.recipes import f32
+from jaxfp8._src.mx import f32
 
 ScaleKind = Literal["pow2", "float32"]
 SCALES: tuple[str, ...] = ("pow2", "float32")
