@@ -11,6 +11,10 @@
   integration modules.
 - No folder of ``jaxfp8`` holds three or more modules sharing a name prefix
   (``mx_quantize``, ``mx_pack``, ``mx_train`` want a folder ``mx/``).
+- The domains of ``jaxfp8/_src`` (its folders, and its top-level modules)
+  stand in one declared order, :data:`DOMAIN_ORDER`: a module imports its
+  own domain and domains of lower levels only, so no two domains import each
+  other and a wrapper placed in a folder below what it wraps fails here.
 """
 from __future__ import annotations
 
@@ -29,6 +33,20 @@ INTEGRATIONS = {
     "jaxfp8._src.faces.linen", "jaxfp8._src.faces.nnx",
 }
 FRAMEWORKS = ("flax", "haiku", "equinox", "orbax", "evosax", "gymnax", "spyx")
+
+# The domains of jaxfp8/_src, lowest first: a domain imports only its own
+# modules and those of lower levels (domains on one level are independent).
+DOMAIN_ORDER: tuple[tuple[str, ...], ...] = (
+    ("compat", "deprecation"),      # JAX-version shims; the alias helper
+    ("numerics",),                  # formats, rounding, casts, codes
+    ("random", "mx", "fp8"),        # samplers; block formats and quantizers;
+                                    # per-tensor scaling, policies, optax
+    ("nn", "kernels"),              # initializers; GEMM kernels by op
+    ("recipes", "install"),         # the training core; install()
+    ("faces",),                     # the Flax faces of the recipes
+    ("es", "checkpoint", "deprecated"),  # applications; old names
+)
+LEVEL = {d: i for i, level in enumerate(DOMAIN_ORDER) for d in level}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -67,6 +85,31 @@ def _imports(module: str) -> list[tuple[str, int]]:
         sub = f"{target}.{a.name}"
         out.append((sub if sub in SOURCES else target, node.lineno))
   return out
+
+
+def _domain(module: str) -> str | None:
+  """The domain of a module of jaxfp8/_src (its folder, or for a top-level
+  module its name), None outside jaxfp8/_src."""
+  parts = module.split(".")
+  if parts[:2] != ["jaxfp8", "_src"] or len(parts) < 3:
+    return None
+  return parts[2]
+
+
+def _layer_violations(module: str) -> list[str]:
+  """Imports of ``module`` that reach a domain not below its own."""
+  own = _domain(module)
+  if own is None:
+    return []
+  bad = []
+  for target, line in _imports(module):
+    other = _domain(target)
+    if other is None or other == own:
+      continue
+    if LEVEL[other] >= LEVEL[own]:
+      bad.append(f"line {line}: {target} ({other}, level {LEVEL[other]}; "
+                 f"{own} is level {LEVEL[own]})")
+  return bad
 
 
 def _private_uses(module: str) -> list[str]:
@@ -155,6 +198,42 @@ def test_src_imports_only_src(module):
   bad = [f"line {line}: {t}" for t, line in _imports(module)
          if not t.startswith("jaxfp8._src")]
   assert not bad, f"{module} imports public modules or tools: {bad}"
+
+
+def test_every_domain_is_declared():
+  domains = {_domain(m) for m in SOURCES} - {None, "__init__"}
+  assert domains == set(LEVEL), (
+      f"undeclared: {sorted(domains - set(LEVEL))}; declared but absent: "
+      f"{sorted(set(LEVEL) - domains)}")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if m.startswith("jaxfp8._src.")))
+def test_domains_import_only_lower_ones(module):
+  bad = _layer_violations(module)
+  assert not bad, f"{module} imports a domain not below its own: {bad}"
+
+
+@pytest.mark.parametrize("domain, source, bad", [
+    # An MX module wrapping the recipe core, as mx/train.py once did.
+    ("mx", "from jaxfp8._src.recipes import core\n", 1),
+    ("kernels", "import jaxfp8._src.faces.linen\n", 1),
+    # fp8 and mx share a level: independent, so an import between them fails.
+    ("mx", "from jaxfp8._src.fp8.scaling import amax\n", 1),
+    # Its own domain and lower ones are fine.
+    ("mx", "from jaxfp8._src.mx import bits\nfrom jaxfp8._src import compat\n"
+     "from jaxfp8._src.numerics import cast\n", 0),
+])
+def test_the_order_check_sees_an_upward_import(domain, source, bad):
+  """The domain check fails a module that imports upward: a probe module fed
+  to the checker, as a wrapper placed in a folder too low would be."""
+  name = f"jaxfp8._src.{domain}.__probe__"
+  TREES[name] = ast.parse(source)
+  SOURCES[name] = ROOT / "_src" / domain / "probe.py"
+  try:
+    assert len(_layer_violations(name)) == bad, _layer_violations(name)
+  finally:
+    del TREES[name], SOURCES[name]
 
 
 @pytest.mark.parametrize("module", sorted(m for m in SOURCES
