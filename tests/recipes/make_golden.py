@@ -9,10 +9,11 @@ forward value and the VJP (gradients of ``lhs``, ``rhs`` and of every
 into ``tests/recipes/data/golden_dot_jax<version>.npz``; test_recipe_golden.py
 computes the same with the current code and compares the bits.
 
-XLA's float32 code may differ in the last bit across JAX versions and code
-generation flags, so one file is recorded per JAX version, under the flags
-the test suite compiles with (tests/xla_flags.py), and the test compares
-against the file of the JAX it runs on.
+XLA's float32 code may differ in the last bit across JAX versions, code
+generation flags and the host's vector extensions (AVX-512 or not), so one
+file is recorded per JAX version and :func:`host_isa`, under the flags the
+test suite compiles with (tests/xla_flags.py), and the test compares against
+the file of the JAX and host it runs on.
 
 Regenerate ONLY from the code before the refactor (the commit before issue
 #30's recipe core, c1bf68d), never from the current code (that would make
@@ -80,8 +81,19 @@ CASES = {
 }
 
 
-def golden_path(jax_version: str) -> pathlib.Path:
-  return DATA / f"golden_dot_jax{jax_version}.npz"
+def host_isa() -> str:
+  """The widest x86 vector extension XLA's CPU code may use here: "avx512"
+  or "avx2" (XLA picks reduction and FMA code by it, so the float32 bits of
+  one program differ between the two)."""
+  try:
+    flags = pathlib.Path("/proc/cpuinfo").read_text()
+  except OSError:
+    return "unknown"
+  return "avx512" if " avx512f" in flags else "avx2"
+
+
+def golden_path(jax_version: str, isa: str | None = None) -> pathlib.Path:
+  return DATA / f"golden_dot_jax{jax_version}_{isa or host_isa()}.npz"
 
 
 def _data(rng, shape):
@@ -198,7 +210,7 @@ def main() -> None:
     for i, a in enumerate(leaves):
       arrays[f"{name}/{i}"] = bits(a)
   meta = {"jax": jax.__version__, "xla_flags": flags, "dtypes": dtypes,
-          "platform": jax.default_backend()}
+          "platform": jax.default_backend(), "isa": host_isa()}
   DATA.mkdir(exist_ok=True)
   path = golden_path(jax.__version__)
   np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
