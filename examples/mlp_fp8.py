@@ -6,9 +6,10 @@ trained with optax Adam, twice from the same initial weights and batches:
 
 * ``bf16``: parameters in float32, every layer computing in bfloat16;
 * ``fp8``: the same, but each ``nn.Dense`` multiplies through
-  ``jaxfp8.policy.Fp8DotGeneral``: inputs and kernels cast to e4m3, output
-  gradients to e5m2, with delayed scaling (amax history of 16 steps) kept in
-  the ``_overwrite_with_gradient`` collection.
+  ``jaxfp8.recipes.RecipeDotGeneral`` with the ``"fp8_delayed"`` recipe:
+  inputs and kernels cast to e4m3, output gradients to e5m2, with delayed
+  scaling (amax history of 16 steps) kept in the ``_overwrite_with_gradient``
+  collection.
 
 With ``--devices N`` it trains instead the fp8 model with its kernels
 *stored* in float8_e4m3fn, over a mesh of N devices (axis ``"data"``): the
@@ -65,6 +66,7 @@ if __name__ == "__main__":
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import argparse
+import functools
 import time
 from typing import Any, NamedTuple
 
@@ -78,6 +80,7 @@ import optax
 
 import jaxfp8
 import jaxfp8.policy
+import jaxfp8.recipes
 
 IN_DIM, HIDDEN, OUT_DIM = 32, 128, 8
 BATCH, EVAL = 256, 4096
@@ -91,7 +94,8 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    dot = jaxfp8.policy.Fp8DotGeneral if self.fp8 else None
+    dot = (functools.partial(jaxfp8.recipes.RecipeDotGeneral,
+                             recipe="fp8_delayed") if self.fp8 else None)
     for _ in range(2):
       x = nn.gelu(nn.Dense(self.hidden, dtype=self.dtype,
                            dot_general_cls=dot)(x))
@@ -126,14 +130,14 @@ def train(steps: int, *, fp8: bool, seed: int = 0,
   batch, x_eval, y_eval = make_data(seed)
   model = MLP(fp8=fp8)
   variables = model.init(jax.random.key(seed + 1), x_eval[:1])
-  params, fp8_state = jaxfp8.policy.split_overwrite_with_gradient(variables)
+  params, fp8_state = jaxfp8.recipes.split_overwrite_with_gradient(variables)
   tx = optax.adam(optax.cosine_decay_schedule(learning_rate, max(steps, 1)))
   opt_state = tx.init(params)
 
   def loss_fn(params, fp8_state, x, y):
     variables = dict(params)
     if fp8_state is not None:
-      variables[jaxfp8.policy.OVERWRITE_WITH_GRADIENT] = fp8_state
+      variables[jaxfp8.recipes.OVERWRITE_WITH_GRADIENT] = fp8_state
     pred = model.apply(variables, x).astype(jnp.float32)
     return jnp.mean((pred - y) ** 2)
 
@@ -212,7 +216,7 @@ def fp8_param_training(devices, *, steps: int, seed: int = 0,
   batch, x_eval, y_eval = make_data(seed)
   model = MLP(fp8=True, dtype=jnp.float32)
   variables = model.init(jax.random.key(seed + 1), x_eval[:1])
-  params, fp8_state = jaxfp8.policy.split_overwrite_with_gradient(variables)
+  params, fp8_state = jaxfp8.recipes.split_overwrite_with_gradient(variables)
   params = jax.tree_util.tree_map(
       lambda p: jaxfp8.cast(p, "float8_e4m3fn") if p.ndim == 2 else p, params)
   tx = jaxfp8.policy.with_stochastic_rounding(
@@ -229,7 +233,7 @@ def fp8_param_training(devices, *, steps: int, seed: int = 0,
 
   def loss_fn(params32, fp8_state, x, y):
     variables = dict(params32)
-    variables[jaxfp8.policy.OVERWRITE_WITH_GRADIENT] = fp8_state
+    variables[jaxfp8.recipes.OVERWRITE_WITH_GRADIENT] = fp8_state
     pred = model.apply(variables, x).astype(jnp.float32)
     return jnp.mean((pred - y) ** 2)
 

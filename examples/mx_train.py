@@ -6,7 +6,7 @@ random "teacher" MLP plus a little noise. The student, a Flax linen MLP
 weights and batches:
 
 * ``bf16``: parameters in float32, every layer multiplying in bfloat16;
-* ``mxfp8``: the unchanged model under ``jaxfp8.mx.linen_mx("mxfp8")``: every
+* ``mxfp8``: the unchanged model under ``jaxfp8.recipes.linen_recipe("mxfp8")``: every
   Dense runs its forward, input-gradient and weight-gradient GEMMs with
   mxfp8_e4m3 operands (each blocked along that GEMM's contracting axis,
   round-up "rceil" scales);
@@ -15,8 +15,8 @@ weights and batches:
 The MXFP8-trained parameters are then packed once
 (``jaxfp8.mx.quantize_params``) into mxfp4_e2m1 and mxfp8_e4m3 kernels and
 the same model is applied straight from the packed tree under
-``jaxfp8.mx.linen_mx`` (weight-only; activations in float32): the kernels
-stay MXArrays and each Dense multiplies through ``jaxfp8.mx.dot_general``.
+``jaxfp8.recipes.linen_recipe`` (weight-only; activations in float32): the kernels
+stay MXArrays and each Dense multiplies through ``jaxfp8.recipes.dot_general``.
 
 Usage::
 
@@ -38,6 +38,7 @@ from jax import lax
 import optax
 
 from jaxfp8 import mx
+from jaxfp8 import recipes
 
 WIDTHS = (128, 128, 8)
 IN = 32
@@ -82,7 +83,7 @@ def train(mode: str, params, data, steps: int, batch: int):
   def apply(p, xb):
     if mode == "bf16":
       return model.apply(p, xb)
-    with mx.linen_mx(mode):
+    with recipes.linen_recipe(mode):
       return model.apply(p, xb)
 
   @jax.jit
@@ -123,8 +124,8 @@ def main(argv=None) -> int:
   @jax.jit
   def serve(packed, x):
     # Straight from the packed tree: each Dense multiplies its MXArray
-    # kernel through mx.dot_general (weight-only: a rule of None).
-    with mx.linen_mx([(".*", None)]):
+    # kernel through recipes.dot_general (weight-only: a rule of None).
+    with recipes.linen_recipe([(".*", None)]):
       return model.apply(packed, x)
 
   for fmt, name in (("mxfp4_e2m1", "serve_mxfp4"),

@@ -11,6 +11,10 @@ import pytest
 import jaxfp8
 from jaxfp8 import policy as P
 
+# These tests exercise the deprecated names themselves.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:jaxfp8.policy.* is deprecated:DeprecationWarning")
+
 # (lhs shape, rhs shape, dimension numbers)
 DIMS = [
     ((6, 5), (5, 3), (((1,), (0,)), ((), ()))),  # x @ w

@@ -16,6 +16,11 @@ from jaxfp8._src import compat
 from jaxfp8._src.recipes import mx_gemm as mx_gemm
 from mx_models import data
 from mx_models import MLP
+import pytest
+
+# These tests exercise the deprecated names themselves.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:jaxfp8.mx.* is deprecated:DeprecationWarning")
 
 
 def _linen_train_step(model, rules, x, y):

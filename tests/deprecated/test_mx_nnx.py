@@ -14,6 +14,10 @@ from jaxfp8._src.recipes import mx_gemm as mx_gemm
 from mx_models import data
 from mx_models import NnxMLP
 
+# These tests exercise the deprecated names themselves.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:jaxfp8.mx.* is deprecated:DeprecationWarning")
+
 
 def test_nnx_step_graph_surgery():
   x, y = data()

@@ -36,6 +36,7 @@ _CHILD = textwrap.dedent(r"""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     import jaxfp8.policy as policy
+    import jaxfp8.recipes
 
     assert jax.device_count() == 4, jax.devices()
     mesh = jax.make_mesh((4,), ("data",),
@@ -71,10 +72,9 @@ _CHILD = textwrap.dedent(r"""
       states = [policy.DelayedScaling.create(f, history_length=4)
                 for f in ("e4m3", "e4m3", "e5m2")]
       def loss(states):
-        out = policy.fp8_dot_general(
+        out = jaxfp8.recipes.dot_general(
             x.astype(jnp.float32), W, (((1,), (0,)), ((), ())),
-            lhs_scaling=states[0], rhs_scaling=states[1],
-            grad_scaling=states[2])
+            recipe="fp8_delayed", state=dict(zip(("x", "w", "dy"), states)))
         return jnp.sum(out * cot)
       return jax.grad(loss)(states)
 

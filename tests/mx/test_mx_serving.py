@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8 import mx
+from jaxfp8 import recipes
 from jaxfp8._src.recipes import mx_gemm as mx_gemm
 from mx_models import data
 from mx_models import MLP
@@ -37,7 +38,7 @@ def test_serving_straight_from_the_packed_tree():
   # nnx: merged from the packed state, converted, applied as packed
   m = NnxMLP(nnx.Rngs(0))
   graphdef, state = nnx.split(m)
-  served = mx.nnx_mx(nnx.merge(graphdef, mx.quantize_params(
+  served = recipes.nnx_recipe(nnx.merge(graphdef, mx.quantize_params(
       state, "mxfp8_e4m3")), [(".*", None)])
   assert isinstance(served.head.kernel.get_value(), mx.MXArray)
   with mx_gemm.trace_gemms() as log:
@@ -51,12 +52,12 @@ def test_serving_straight_from_the_packed_tree():
 
 
 def _served(model, packed, x, rules):
-  with mx.linen_mx(rules):
+  with recipes.linen_recipe(rules):
     return model.apply(packed, x)
 
 
 def _dyn_on(model, params, x, fmt):
-  with mx.linen_mx(f"f={fmt},d=none,w=none"):
+  with recipes.linen_recipe(f"f={fmt},d=none,w=none"):
     return model.apply(params, x)
 
 
@@ -91,5 +92,5 @@ def test_serving_from_packed_weights():
 
 
 def _dyn(model, p, x):
-  with mx.linen_mx("f=mxfp8,d=none,w=none"):
+  with recipes.linen_recipe("f=mxfp8,d=none,w=none"):
     return model.apply(mx.dequantize_params(p), x)

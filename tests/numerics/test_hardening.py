@@ -256,13 +256,14 @@ def test_internal_errors_became_named_ones():
       jaxfp8.cast(bad, "e4m3")
 
 
+@pytest.mark.filterwarnings("ignore:jaxfp8.* is deprecated:DeprecationWarning")
 def test_fp8_dot_general_checks_formats_when_built():
   with pytest.raises(ValueError, match="fwd_format.*Fp8DotGeneral"):
     P.Fp8DotGeneral(fwd_format="e4m2")
   with pytest.raises(ValueError, match="Fp8DotGeneral"):
     P.Fp8DotGeneral(scaling="sometimes")
   # An MX block format is a different op: the error points to it.
-  with pytest.raises(ValueError, match="MX block format.*jaxfp8.mx.MXDotGeneral"):
+  with pytest.raises(ValueError, match="MX block format.*jaxfp8.recipes.RecipeDotGeneral"):
     P.Fp8DotGeneral(fwd_format="mxfp8_e4m3")
   with pytest.raises(ValueError, match="bwd_format.*NnxFp8DotGeneral.*MX block"):
     P.NnxFp8DotGeneral(bwd_format="mxfp8_e5m2")
@@ -331,7 +332,9 @@ def test_initializer_axes_of_another_type_are_a_type_error():
 
 
 @pytest.mark.parametrize("fn", ["mx.matmul", "mx.dot_general",
-                                "fp8_dot_general", "ops.dot_general"])
+                                "fp8_dot_general", "ops.dot_general",
+                                "recipes.dot_general"])
+@pytest.mark.filterwarnings("ignore:jaxfp8.* is deprecated:DeprecationWarning")
 def test_preferred_element_type_is_checked_by_name(fn):
   a = jnp.ones((4, 64))
   dims = (((1,), (0,)), ((), ()))
@@ -343,6 +346,8 @@ def test_preferred_element_type_is_checked_by_name(fn):
       "mx.dot_general": lambda p: mx.dot_general(
           a, a.T, dims, preferred_element_type=p),
       "fp8_dot_general": lambda p: P.fp8_dot_general(
+          a, a.T, dims, preferred_element_type=p),
+      "recipes.dot_general": lambda p: jaxfp8.recipes.dot_general(
           a, a.T, dims, preferred_element_type=p),
       "ops.dot_general": lambda p: ops.dot_general(
           a.astype(jnp.float8_e4m3fn), a.T.astype(jnp.float8_e4m3fn), dims,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxfp8 import mx
+from jaxfp8 import recipes
 from jaxfp8._src import compat
 from jaxfp8._src.kernels import dispatch
 from mx_testing import device_normal
@@ -46,12 +47,12 @@ def test_backend_choice_per_platform_and_format():
   x, w = jnp.ones((4, 64)), jnp.ones((64, 8))
   dims = (((1,), (0,)), ((), ()))
   with pytest.raises(ValueError, match="`backend` argument to `dot_general`"):
-    mx.dot_general(x, w, dims, backend="cudnn")
+    recipes.dot_general(x, w, dims, backend="cudnn")
   # raised at the forward, for a backward GEMM the backend can't take
   with pytest.raises(NotImplementedError, match="backend='pallas'"):
-    mx.dot_general(x, w, dims, recipe="d=mxfp4", backend="pallas")
+    recipes.dot_general(x, w, dims, recipe="d=mxfp4", backend="pallas")
   with pytest.raises(TypeError, match="`interpret`"):
-    mx.dot_general(x, w, dims, interpret="yes")
+    recipes.dot_general(x, w, dims, interpret="yes")
 
 
 @pytest.mark.parametrize("backend,fmt", [("pallas", "mxfp8_e4m3"),
@@ -67,7 +68,7 @@ def test_packed_weight_products_per_backend(backend, fmt):
   dims = (((2,), (0,)), ((), ()))
   wd = np.asarray(packed.dequantize(), np.float64)
   interpret = True if backend in ("pallas", "mosaic") else None
-  serve = jax.jit(lambda a, q, r: mx.dot_general(
+  serve = jax.jit(lambda a, q, r: recipes.dot_general(
       a, q, dims, recipe=r, backend=backend, interpret=interpret),
                   static_argnums=2)
   dyn = serve(x, packed, fmt)

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from jaxfp8 import mx
 from jaxfp8 import recipes
+from jaxfp8._src.recipes import mx_recipe
 from jaxfp8._src.recipes import registry
 from jaxfp8.recipes import Quantizer
 from jaxfp8.recipes import Recipe
@@ -91,13 +91,13 @@ def test_per_tensor_recipes():
 def test_mx_recipes_read_as_the_mx_module_reads_them():
   for text in ("mxfp8", "mxfp8_hp_wgrad", "mxfp8_e5m2_grad", "mxfp4",
                "mxfp6_e2m3", "f=mxfp8_e4m3,d=mxfp8_e5m2,w=none,scale=floor"):
-    want = registry.from_mx(mx.get_recipe(text))
+    want = registry.from_mx(mx_recipe.get_recipe(text))
     got = recipes.get_recipe(text)
     assert (got.fwd, got.dgrad, got.wgrad) == (want.fwd, want.dgrad,
                                                want.wgrad), text
   hp = recipes.get_recipe("mxfp8_hp_wgrad")
   assert hp.wgrad == (None, None) and hp.fwd[0].format == "mxfp8_e4m3"
-  sr = recipes.get_recipe(mx.MXRecipe(stochastic_grad=True, block_size=16))
+  sr = recipes.get_recipe(mx_recipe.MXRecipe(stochastic_grad=True, block_size=16))
   assert sr.dgrad[0].stochastic and sr.wgrad[1].stochastic
   assert not (sr.fwd[0].stochastic or sr.dgrad[1].stochastic
               or sr.wgrad[0].stochastic)
@@ -105,7 +105,7 @@ def test_mx_recipes_read_as_the_mx_module_reads_them():
   assert recipes.get_recipe("mxfp8", scale_mode="floor").fwd[0].scale == "floor"
   # "nvfp4" is the training recipe here; the MX format is reached through MX
   assert recipes.get_recipe("nvfp4").fwd[0].kind == "nvfp4"
-  assert recipes.get_recipe(mx.get_recipe("nvfp4")).fwd[0].kind == "mx"
+  assert recipes.get_recipe(mx_recipe.get_recipe("nvfp4")).fwd[0].kind == "mx"
 
 
 def test_get_recipe_passes_recipes_and_none():

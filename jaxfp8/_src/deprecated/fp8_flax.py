@@ -42,8 +42,9 @@ def _check_formats(fwd: Any, bwd: Any, fn: str) -> tuple[str, str]:
       raise ValueError(
           f"`{arg}` argument to `{fn}` is the MX block format {fmt!r}; "
           f"`{fn}` scales whole tensors. For MX training use "
-          "`jaxfp8.mx.MXDotGeneral` (linen), `jaxfp8.mx.NnxMXDotGeneral` "
-          "(nnx) or `jaxfp8.mx.linen_mx` / `jaxfp8.mx.nnx_mx`")
+          "`jaxfp8.recipes.RecipeDotGeneral(recipe='mxfp8')` (linen), "
+          "`jaxfp8.recipes.NnxRecipeDotGeneral('mxfp8')` (nnx) or "
+          "`jaxfp8.recipes.linen_recipe` / `jaxfp8.recipes.nnx_recipe`")
   return (scaling.signed_format(fwd, arg="fwd_format", fn=fn).name,
           scaling.signed_format(bwd, arg="bwd_format", fn=fn).name)
 

@@ -3,8 +3,8 @@
 Times one jitted training step (forward, both gradients, Adam update) of a
 linen MLP ``width``-``width``-``width``-8 on a batch, as ratios of medians
 timed round-robin in the same run against the same step with every Dense
-multiplying in bfloat16: the model under ``jaxfp8.mx.linen_mx`` with each
-recipe (all three GEMMs in MX, on the backend ``mx.dot_general`` chooses
+multiplying in bfloat16: the model under ``jaxfp8.recipes.linen_recipe`` with each
+recipe (all three GEMMs in MX, on the backend ``jaxfp8.recipes.dot_general`` chooses
 here: the Mosaic GPU ``mx_matmul_mgpu`` for mxfp8 on a GPU of compute
 capability 9.x, exact dequantize-and-dot elsewhere), and mxfp8 on the other backend (``lax.scaled_dot`` on CPU,
 dequantize on GPU). Then the bytes of the served kernels packed by
@@ -23,6 +23,7 @@ from jax import lax
 import optax
 
 from jaxfp8 import mx
+from jaxfp8 import recipes
 from jaxfp8._src.kernels import dispatch
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
@@ -56,7 +57,7 @@ def _step(model, recipe, x, y):
   def loss(p):
     if recipe is None:
       return jnp.mean((model.apply(p, x) - y) ** 2)
-    with mx.linen_mx(recipe):
+    with recipes.linen_recipe(recipe):
       return jnp.mean((model.apply(p, x) - y) ** 2)
 
   @jax.jit
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
   rows = [("bf16", _MLP(args.width, _bf16_dot), None)] + [
       (r, _MLP(args.width), r) for r in RECIPES] + [
           (other_name, _MLP(args.width, functools.partial(
-              mx.dot_general, recipe="mxfp8", backend=other)), None)]
+              recipes.dot_general, recipe="mxfp8", backend=other)), None)]
   for name, model, recipe in rows:
     step, opt = _step(model, recipe, x, y)
     state = opt.init(params)
