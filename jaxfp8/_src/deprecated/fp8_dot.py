@@ -1,4 +1,9 @@
-"""An fp8 ``dot_general``: scaled narrow operands forward, narrow gradients back.
+"""The fp8 ``dot_general`` of earlier releases (``jaxfp8.policy.fp8_dot_general``).
+
+Deprecated: it is the recipe core with a per-tensor recipe
+(``jaxfp8.recipes.dot_general(..., recipe="fp8_current")``, or
+``"fp8_delayed"`` with ``state=``), kept so that code written for it gives
+the same numbers for this release.
 
 Forward, both operands are scaled and cast to their narrow formats (e4m3 by
 default) and multiplied with float32 accumulation; backward, the output

@@ -1,8 +1,11 @@
-"""Flax modules around the fp8 ``dot_general``: linen and nnx.
+"""The fp8 Flax modules of earlier releases (deprecated): linen and nnx.
 
-:func:`jaxfp8.policy.fp8_dot_general` (:mod:`jaxfp8._src.deprecated.fp8_dot`) is the op,
-the core's per-tensor recipes (``fp8_current``, ``fp8_delayed``); these
-modules are those recipes through the one Flax integration
+``jaxfp8.policy.Fp8DotGeneral``, ``NnxFp8DotGeneral``, ``Fp8State`` and
+``nnx_apply_fp8_state`` are the core's per-tensor recipes (``fp8_current``,
+``fp8_delayed``) through the one Flax face
+(``jaxfp8.recipes.RecipeDotGeneral``, ``NnxRecipeDotGeneral``), kept so that
+code written for them gives the same numbers for this release. They are
+those recipes through the one Flax integration
 (:mod:`jaxfp8._src.faces.linen`, :mod:`jaxfp8._src.faces.nnx`), which
 keeps delayed-scaling state where each Flax API keeps state.
 
@@ -17,8 +20,8 @@ keeps delayed-scaling state where each Flax API keeps state.
   in :class:`Fp8State` variables; :func:`nnx_apply_fp8_state` writes their
   gradient back into the model and returns the rest for the optimizer.
 
-This is the one module of the fp8 dot that imports Flax; ``jaxfp8.policy``
-loads it on first use of one of these names.
+An integration module: it imports Flax, and ``jaxfp8.policy`` loads it on
+first use of one of these names (with a ``DeprecationWarning``).
 """
 from __future__ import annotations
 

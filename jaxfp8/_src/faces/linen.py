@@ -21,7 +21,7 @@ Where a layer keeps what its recipe needs:
   :class:`RecipeDotGeneral` module, or of the layer itself under
   :func:`linen_recipe`. ``flax.training.train_state.TrainState`` replaces
   them with their gradient, the next state; for a hand-written step see
-  :func:`jaxfp8.policy.split_overwrite_with_gradient`. A layer called twice
+  :func:`jaxfp8.recipes.split_overwrite_with_gradient`. A layer called twice
   in one step (tied weights) gets the sum of two next states: give each
   call its own layer.
 * Stochastic rounding and random Hadamard transforms: a fresh key per call
@@ -30,7 +30,8 @@ Where a layer keeps what its recipe needs:
   raises (``init`` may fall back to the ``"params"`` stream).
 
 :func:`intercept_layers` is the interception itself, shared with
-:func:`jaxfp8._src.deprecated.mx_flax.linen_mx`. An integration module: it imports
+the deprecated ``linen_mx`` (:mod:`jaxfp8._src.deprecated.mx_flax`). An
+integration module: it imports
 Flax, and ``jaxfp8.recipes`` loads it on first use of one of these names.
 """
 from __future__ import annotations

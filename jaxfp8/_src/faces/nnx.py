@@ -25,8 +25,9 @@ Where a layer keeps what its recipe needs:
   the seed reproduces them (the stream's count is state that ``nnx.jit``
   carries between steps).
 
-:func:`replace_layers` is the graph surgery itself, shared with
-:func:`jaxfp8._src.deprecated.mx_flax.nnx_mx`. An integration module: it imports Flax,
+:func:`replace_layers` is the graph surgery itself, shared with the
+deprecated ``nnx_mx`` (:mod:`jaxfp8._src.deprecated.mx_flax`). An
+integration module: it imports Flax,
 and ``jaxfp8.recipes`` loads it on first use of one of these names.
 """
 from __future__ import annotations

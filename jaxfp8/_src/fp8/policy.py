@@ -113,7 +113,7 @@ class Policy:
   does any cast to float8_e8m0fnu (a scale format without zero or sign).
   Arithmetic that JAX then does in a narrow compute dtype (a layer's matmul
   under Haiku, say) is XLA's and is not saturating: keep activations in range
-  or use :func:`jaxfp8.policy.fp8_dot_general`, which scales.
+  or train with a recipe (:func:`jaxfp8.recipes.dot_general`), which scales.
 
   Attributes:
     param_dtype: dtype parameters are created and stored in.

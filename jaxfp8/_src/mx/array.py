@@ -431,8 +431,8 @@ def _no_gradient_jvp(primals, tangents):
       "traced array in the function being differentiated (packed data and "
       "scale codes are integers, and a pytree round trip such as a jit "
       "boundary drops the straight-through source); call mx.quantize inside "
-      "the differentiated function, or use mx.fake_quantize / "
-      "mx.dot_general, whose gradients are straight-through by construction")
+      "the differentiated function, or use mx.fake_quantize (straight-"
+      "through by construction) or a recipe of jaxfp8.recipes.dot_general")
 
 
 def _check_dtype(dtype: Any, fn: str) -> np.dtype:

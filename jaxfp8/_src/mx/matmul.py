@@ -332,7 +332,7 @@ def scaled_dot_product(a: _mx.MXArray, b: _mx.MXArray,
   last), the same block size; nvfp4 tensor scales and mxint8's 2^-6 applied
   (see :func:`matmul`). ``b_rows``: b is (N, K) / (B, N, K) blocked along
   its last axis instead (``a @ b.T``; the ``"scaled_dot"`` backend of
-  ``jaxfp8.mx.dot_general``: XLA on CPU fails at run time on some
+  ``jaxfp8.recipes.dot_general``: XLA on CPU fails at run time on some
   transposed (K, N) operands, "Unsupported element type for DotThunk").
   No gradient of its own."""
   if not (isinstance(a, _mx.MXArray) and isinstance(b, _mx.MXArray)):

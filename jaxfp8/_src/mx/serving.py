@@ -2,11 +2,11 @@
 
 :func:`quantize_params` packs chosen leaves of a parameter tree (linen
 ``params``, an nnx ``State``, any pytree) once into MXArrays, kept packed.
-Under :func:`jaxfp8._src.deprecated.mx_flax.linen_mx` (or after
-:func:`jaxfp8._src.deprecated.mx_flax.nnx_mx`) the same model applies straight from the
-packed tree: each layer whose kernel is an MXArray multiplies it with the MX
-``dot_general`` (weight-only, or dynamic MX activations by its rule), so the
-backend choice applies. :func:`dequantize_params` gives the plain tree
+Under :func:`jaxfp8.recipes.linen_recipe` (or after
+:func:`jaxfp8.recipes.nnx_recipe`) the same model applies straight from the
+packed tree: each layer whose kernel is an MXArray multiplies it with the
+recipes' ``dot_general`` (weight-only, or dynamic MX activations by its
+rule's MX recipe), so the backend choice applies. :func:`dequantize_params` gives the plain tree
 instead, and :func:`packed_bytes` counts what a tree holds.
 
 Trees are walked with ``jax.tree_util`` alone: this module imports no
@@ -52,8 +52,8 @@ def quantize_params(params: Any, rules: Any, *, axis: int = 0,
 
   Returns:
     The tree with MXArray leaves: apply the model from it under
-    :func:`~jaxfp8._src.deprecated.mx_flax.linen_mx` (linen) or after
-    :func:`~jaxfp8._src.deprecated.mx_flax.nnx_mx` on the merged model (nnx), or from
+    :func:`~jaxfp8.recipes.linen_recipe` (linen) or after
+    :func:`~jaxfp8.recipes.nnx_recipe` on the merged model (nnx), or from
     :func:`dequantize_params` of it.
 
   >>> import jax.numpy as jnp

@@ -9,8 +9,9 @@ quantization itself.
 
 How a GEMM multiplies, by its operands' quantizers, is
 :mod:`jaxfp8._src.recipes.gemm`: per-tensor codes multiplied and then
-scaled (:func:`jaxfp8.policy.fp8_dot_general`'s arithmetic), MX operands on
-the MX backends (:func:`jaxfp8.mx.dot_general`'s), everything else as the
+scaled, MX operands on the MX backends (the Mosaic GPU kernel on Hopper,
+or dequantized), fp8 blockwise operands on the blockwise kernel where it
+runs, everything else as the
 exact dequantized values in float32 at HIGHEST precision, transformed first
 where the recipe says (a random Hadamard transform, the same signs on both
 operands).
@@ -31,7 +32,8 @@ both backward GEMMs).
 Delayed scaling: ``state`` is ``{role: DelayedScaling}`` for the roles
 (``"x"``, ``"w"``, ``"dy"``) whose quantizer is delayed. It is an argument
 of the ``custom_vjp`` and its gradient is the next state (Flax's *overwrite
-with gradient* convention, see :mod:`jaxfp8._src.deprecated.fp8_dot`).
+with gradient* convention: Flax's ``TrainState`` replaces such a variable by
+its gradient; see :mod:`jaxfp8._src.recipes.layer_state`).
 """
 from __future__ import annotations
 
@@ -434,13 +436,17 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     recipe: a :class:`~jaxfp8.recipes.Recipe`, a name of
       :data:`~jaxfp8.recipes.RECIPES` (``"fp8_current"``,
       ``"fp8_delayed"``, ``"mxfp8"``, ``"fp8_blockwise"``, ``"nvfp4"``...),
-      an :class:`~jaxfp8.mx.MXRecipe` or None (high precision).
+      or None (high precision). A bare MX format name is that format in all
+      three GEMMs, except ``"nvfp4"``: the NVFP4 training recipe (the format
+      in every GEMM is ``"f=nvfp4,d=nvfp4,w=nvfp4"``).
     key: a PRNG key; needed by recipes that round stochastically or apply
       a random Hadamard transform (``recipe.needs_key``), ignored by others.
     state: for recipes with delayed scaling, ``init_state(recipe)`` or the
       next state a gradient returned; its gradient is the next state.
-    backend: how MX GEMMs multiply, as :func:`jaxfp8.mx.dot_general` takes
-      it (``"auto"``: the Mosaic GPU kernel on compute capability 9.x);
+    backend: how MX GEMMs multiply: ``"auto"`` (the Mosaic GPU kernel on
+      compute capability 9.x for mxfp8, else ``"dequantize"``),
+      ``"dequantize"`` (exact values, float32 dot), ``"mosaic"``,
+      ``"triton"`` (``"pallas"``, its older name) or ``"scaled_dot"``;
       fp8 blockwise GEMMs read ``"auto"``, ``"mosaic"`` (the Mosaic GPU
       ``blockwise_matmul``) and ``"dequantize"``, and dequantize for the
       MX-only names; per-tensor GEMMs ignore it.

@@ -7,11 +7,10 @@
   multiplied with float32 accumulation (``kernels.dispatch.dot_general``:
   the Mosaic GPU fp8 kernel on compute capability 9.x), then the product by one
   scale and then the other (``s_a * s_b`` alone may overflow where the
-  result won't): :func:`jaxfp8.policy.fp8_dot_general`'s arithmetic.
+  result won't).
 * both MX in one format, block size and scale mode, no transform, the
   second operand rounded to nearest: one GEMM of
-  :func:`jaxfp8._src.recipes.mx_gemm.gemm` on its backend, as
-  :func:`jaxfp8.mx.dot_general` runs it.
+  :func:`jaxfp8._src.recipes.mx_gemm.gemm` on its backend.
 * both fp8 blockwise with blocks of 128 along K (1x128 or 128x128), no
   batch dims, where :func:`jaxfp8._src.kernels.dispatch.blockwise_backend`
   picks the Mosaic GPU kernel (by default on compute capability 9.x): the

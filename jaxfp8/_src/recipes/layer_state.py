@@ -5,7 +5,7 @@ is a dict ``{role: DelayedScaling}`` with roles ``"x"`` (input), ``"w"``
 (kernel) and ``"dy"`` (output gradient). A Flax layer keeps its array
 leaves as variables with Flax's own fp8 names (``input_amax_history``,
 ``input_scale``, ``kernel_...``, ``output_grad_...``), the names
-:class:`jaxfp8.policy.Fp8DotGeneral` has always used, and rebuilds the dict
+fp8 modules (and jaxfp8's, from the first release) have always used, and rebuilds the dict
 from them before each call. Framework-free, so linen
 (:mod:`jaxfp8._src.faces.linen`) and nnx (:mod:`jaxfp8._src.faces.nnx`)
 share it.

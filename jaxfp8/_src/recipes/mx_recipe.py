@@ -1,5 +1,13 @@
-"""MX training recipes: which MX format each GEMM of a step uses, and which
-recipe each layer of a model gets.
+"""MX recipes as the MX face of earlier releases wrote them, read into the
+recipe core.
+
+The public names (``jaxfp8.mx.MXRecipe``, ``jaxfp8.mx.get_recipe``) are
+deprecated: :func:`jaxfp8.recipes.get_recipe` reads everything they read
+(``"nvfp4"`` aside, see :mod:`jaxfp8._src.recipes.registry`) and turns it
+into a :class:`~jaxfp8._src.recipes.spec.Recipe`. Inside the package this
+module stays the parser of MX ``key=value`` recipe strings and the bundle
+of MX GEMM settings (format, scale mode, block size) that
+:mod:`jaxfp8._src.recipes.mx_gemm` reads.
 
 :class:`MXRecipe` chooses the formats of the three GEMMs of a training step
 (forward, input gradient, weight gradient; None is high precision), the
@@ -10,8 +18,8 @@ Rules say which layers of a model train in MX, and with which recipe
 (:func:`check_rules`, :func:`layer_recipe`: the rules of
 :mod:`jaxfp8._src.recipes.rules` read with MX recipes, ``"mxfp8"`` for
 None, and a packed kernel multiplied weight-only where no recipe applies).
-The Flax integrations (:mod:`jaxfp8._src.deprecated.mx_flax`,
-:mod:`jaxfp8._src.deprecated.mx_flax`) apply them.
+The deprecated MX Flax faces (:mod:`jaxfp8._src.deprecated.mx_flax`) apply
+them.
 """
 from __future__ import annotations
 

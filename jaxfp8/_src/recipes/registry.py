@@ -2,16 +2,19 @@
 
 :data:`RECIPES` maps each name to how it is built (keyword overrides
 allowed), what it does, where it comes from and where it runs natively.
-:func:`get_recipe` also reads an MX recipe
-(:class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`, an MX format name or MX
-``key=value`` string, as :func:`jaxfp8.mx.get_recipe` does) into a
+:func:`get_recipe` also reads an MX format name (that format in all three
+GEMMs), an MX ``key=value`` string (``"f=mxfp8,d=mxfp8_e5m2,w=none"``,
+parsed by :mod:`jaxfp8._src.recipes.mx_recipe`) and the deprecated
+:class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe` into a
 :class:`~jaxfp8._src.recipes.spec.Recipe`.
 
-``"nvfp4"`` here is the NVFP4 *training recipe* (two-level scales, 2-D
-weight blocks, Hadamard transform, stochastic gradients); the MX format of
-that name in all three GEMMs (power-of-two tensor scale) is
-``jaxfp8.mx.dot_general(recipe="nvfp4")``, or
-``get_recipe(jaxfp8.mx.get_recipe("nvfp4"))`` here.
+One meaning per name: as a recipe, ``"nvfp4"`` is the NVFP4 *training
+recipe* (two-level scales with Transformer Engine's tensor scale, 2-D weight
+blocks, Hadamard transform, stochastic gradients), the registry's entry; as
+a format (``jaxfp8.mx.quantize(x, "nvfp4")``) it is the NVFP4 element
+format. The format in all three GEMMs (a power-of-two tensor scale, MX
+scale modes) is spelled ``"f=nvfp4,d=nvfp4,w=nvfp4"``; the deprecated
+``jaxfp8.mx.get_recipe("nvfp4")`` meant that.
 """
 from __future__ import annotations
 
@@ -207,8 +210,8 @@ def get_recipe(recipe: Any = "fp8_current", **overrides: Any) -> Recipe:
 
   Args:
     recipe: a :class:`Recipe` (returned as it is), a name of
-      :data:`RECIPES`, an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`, a
-      string :func:`jaxfp8.mx.get_recipe` reads (an MX format name such as
+      :data:`RECIPES`, an :class:`~jaxfp8._src.recipes.mx_recipe.MXRecipe`, an
+      MX string (an MX format name such as
       ``"mxfp6_e2m3"``, or ``"f=mxfp8,w=none"``), or None (every operand
       as given: high precision).
     **overrides: keyword arguments of a named recipe's builder
@@ -226,6 +229,8 @@ def get_recipe(recipe: Any = "fp8_current", **overrides: Any) -> Recipe:
   True
   >>> get_recipe("mxfp8_hp_wgrad").wgrad
   (None, None)
+  >>> get_recipe("nvfp4").fwd[0].kind, get_recipe("f=nvfp4,d=nvfp4,w=nvfp4").fwd[0].kind
+  ('nvfp4', 'mx')
   """
   fn = "get_recipe"
   if isinstance(recipe, Recipe) or recipe is None:
