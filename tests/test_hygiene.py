@@ -3,6 +3,9 @@
 - README.md and docs/*.md (the benchmark log, docs/benchmarks/, aside) name no
   commit and give no time of day: a page holds one current table with its
   date, machine and versions; the history of runs is the log's.
+- No dated paragraph in those pages: a date stands only in a table, a
+  heading, or a caption (a paragraph directly above the table or code block
+  it dates); dated narrative goes to the log.
 - No comment or docstring under ``jaxfp8/`` (the bench tools aside) carries a
   date or a millisecond timing: comments say why; measured figures, with their
   date and machine, go to docs/benchmarks/log.md.
@@ -49,6 +52,64 @@ def _figures(source: str) -> list[str]:
   return [f"line {line}: {' '.join(text.split())[:120]}"
           for line, text in sorted(texts)
           if DATE.search(text) or TIMING.search(text)]
+
+
+def _blocks(text: str) -> list[tuple[str, int, str]]:
+  """``(kind, first line, text)`` of a markdown page's blocks: ``"prose"``
+  paragraphs, ``"table"`` rows, ``"code"`` fences, ``"heading"`` lines."""
+  blocks, prose, start, fence = [], [], 0, False
+
+  def flush():
+    if prose:
+      blocks.append(("prose", start, " ".join(prose)))
+      prose.clear()
+
+  for n, line in enumerate(text.splitlines(), 1):
+    stripped = line.strip()
+    if stripped.startswith("```"):
+      flush()
+      if not fence:
+        blocks.append(("code", n, line))
+      fence = not fence
+    elif fence:
+      continue
+    elif not stripped:
+      flush()
+    elif stripped.startswith("|") or line.startswith("#"):
+      flush()
+      blocks.append(("table" if stripped.startswith("|") else "heading", n,
+                     line))
+    else:
+      if not prose:
+        start = n
+      prose.append(stripped)
+  flush()
+  return blocks
+
+
+def _dated_paragraphs(text: str) -> list[str]:
+  """Prose paragraphs holding a date that caption no table or code block."""
+  blocks = _blocks(text)
+  return [f"line {line}: {body[:100]}"
+          for i, (kind, line, body) in enumerate(blocks)
+          if kind == "prose" and DATE.search(body)
+          and (i + 1 == len(blocks) or blocks[i + 1][0] not in ("table",
+                                                                 "code"))]
+
+
+def test_the_dated_paragraph_check_sees_one():
+  page = ("# Speed\n\n2026-12-02, Zen 3:\n\n| a | b |\n|---|---|\n\n"
+          "On 2026-12-03 we made it faster.\n\nNo date here.\n")
+  assert _dated_paragraphs(page) == [
+      "line 8: On 2026-12-03 we made it faster."]
+
+
+@pytest.mark.parametrize("path", USER_DOCS, ids=lambda p: p.name)
+def test_user_docs_hold_no_dated_paragraph(path):
+  bad = _dated_paragraphs(path.read_text(encoding="utf-8"))
+  assert not bad, (f"{path.relative_to(ROOT)}: a dated paragraph; keep the "
+                   f"date in a table or its caption, or move it to "
+                   f"docs/benchmarks/log.md: {bad}")
 
 
 @pytest.mark.parametrize("path", USER_DOCS, ids=lambda p: p.name)

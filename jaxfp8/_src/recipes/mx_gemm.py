@@ -1,4 +1,4 @@
-"""One MX GEMM of :func:`jaxfp8._src.deprecated.mx_dot.dot_general`, on its backend.
+"""One MX GEMM of the recipe core (:mod:`jaxfp8._src.recipes.gemm`), on its backend.
 
 A GEMM multiplies two operands quantized in one MX format along their own
 contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
