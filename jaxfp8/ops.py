@@ -12,16 +12,16 @@ in Pallas' interpreters with ``interpret=True``.
 Array([[32., 32.],
        [32., 32.]], dtype=float32)
 """
-from jaxfp8._src.kernels.dispatch import dot_general as dot_general
-from jaxfp8._src.kernels.mosaic.blockwise_matmul import blockwise_matmul as blockwise_matmul
-from jaxfp8._src.kernels.mosaic.blockwise_matmul import blockwise_matmul_reference as blockwise_matmul_reference
-from jaxfp8._src.kernels.mosaic.mx_matmul import mx_matmul_mgpu as mx_matmul_mgpu
-from jaxfp8._src.kernels.mosaic.scaled_matmul import scaled_matmul_mgpu as scaled_matmul_mgpu
-from jaxfp8._src.kernels.mx_matmul import mx_matmul as mx_matmul
-from jaxfp8._src.kernels.mx_matmul import mx_matmul_reference as mx_matmul_reference
-from jaxfp8._src.kernels.mx_matmul import MXFP8_FORMATS as MXFP8_FORMATS
-from jaxfp8._src.kernels.scaled_matmul import scaled_matmul as scaled_matmul
-from jaxfp8._src.kernels.scaled_matmul import scaled_matmul_reference as scaled_matmul_reference
+from jaxfp8._src.kernels.blockwise_matmul.mosaic_gpu import blockwise_matmul as blockwise_matmul
+from jaxfp8._src.kernels.blockwise_matmul.reference import blockwise_matmul_reference as blockwise_matmul_reference
+from jaxfp8._src.kernels.mx_matmul.mosaic_gpu import mx_matmul_mgpu as mx_matmul_mgpu
+from jaxfp8._src.kernels.mx_matmul.reference import mx_matmul_reference as mx_matmul_reference
+from jaxfp8._src.kernels.mx_matmul.reference import MXFP8_FORMATS as MXFP8_FORMATS
+from jaxfp8._src.kernels.mx_matmul.triton import mx_matmul as mx_matmul
+from jaxfp8._src.kernels.scaled_matmul.api import dot_general as dot_general
+from jaxfp8._src.kernels.scaled_matmul.mosaic_gpu import scaled_matmul_mgpu as scaled_matmul_mgpu
+from jaxfp8._src.kernels.scaled_matmul.reference import scaled_matmul_reference as scaled_matmul_reference
+from jaxfp8._src.kernels.scaled_matmul.triton import scaled_matmul as scaled_matmul
 
 __all__ = [
     "MXFP8_FORMATS", "blockwise_matmul", "blockwise_matmul_reference", "dot_general",

@@ -9,7 +9,8 @@ import pytest
 
 from jaxfp8 import ops
 from jaxfp8._src import compat
-from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.blockwise_matmul import api as blockwise_api
+from jaxfp8._src.kernels.scaled_matmul import api as scaled_api
 import kernel_reference as ref_lib
 
 E4M3, E5M2 = np.dtype(jnp.float8_e4m3fn), np.dtype(jnp.float8_e5m2)
@@ -30,21 +31,21 @@ HAS_INTERPRETER = compat.mosaic_gpu_interpret_params() is not None
     ("tpu", None, (E4M3, E4M3), False, "xla"),
 ])
 def test_fp8_backend_by_default(platform, cc, pair, widen, want):
-  assert dispatch.fp8_backend(platform, *pair, widen=widen,
+  assert scaled_api.fp8_backend(platform, *pair, widen=widen,
                               compute_capability=cc) == want
 
 
 def test_fp8_backend_named_and_interpreted():
   for name in ("mosaic", "triton", "xla"):
-    assert dispatch.fp8_backend("cpu", E4M3, E4M3, backend=name) == name
+    assert scaled_api.fp8_backend("cpu", E4M3, E4M3, backend=name) == name
   want = "mosaic" if HAS_INTERPRETER else "triton"
-  assert dispatch.fp8_backend("cpu", E4M3, E4M3, interpret=True) == want
-  assert dispatch.fp8_backend("cpu", E4M3, E4M3, interpret=True,
+  assert scaled_api.fp8_backend("cpu", E4M3, E4M3, interpret=True) == want
+  assert scaled_api.fp8_backend("cpu", E4M3, E4M3, interpret=True,
                               widen=True) == "triton"
-  assert dispatch.fp8_backend("gpu", E4M3, E4M3, interpret=False,
+  assert scaled_api.fp8_backend("gpu", E4M3, E4M3, interpret=False,
                               compute_capability=89) == "triton"
   with pytest.raises(ValueError, match="`backend` argument to `dot_general`"):
-    dispatch.fp8_backend("cpu", E4M3, E4M3, backend="cublas")
+    scaled_api.fp8_backend("cpu", E4M3, E4M3, backend="cublas")
 
 
 @pytest.mark.parametrize("platform,cc,backend,want", [
@@ -54,7 +55,7 @@ def test_fp8_backend_named_and_interpreted():
     ("gpu", 90, "scaled_dot", "dequantize"), ("gpu", 90, "pallas", "dequantize"),
 ])
 def test_blockwise_backend(platform, cc, backend, want):
-  assert dispatch.blockwise_backend(platform, E4M3, E4M3, backend=backend,
+  assert blockwise_api.blockwise_backend(platform, E4M3, E4M3, backend=backend,
                                     compute_capability=cc) == want
 
 

@@ -10,14 +10,14 @@ import pytest
 from jaxfp8 import mx
 from jaxfp8 import recipes
 from jaxfp8._src import compat
-from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from mx_testing import device_normal
 from mx_testing import qdq64
 from mx_testing import rel
 
 
 def test_backend_choice_per_platform_and_format():
-  choose = dispatch.mx_backend
+  choose = mx_api.mx_backend
   assert choose("gpu", "mxfp8_e4m3", block_size=32,
                 compute_capability=90) == "mosaic"  # Hopper: Mosaic GPU
   assert choose("cuda", "mxfp8_e5m2", block_size=128,

@@ -302,3 +302,20 @@ def quiet_triton_deprecation(mode: str):
     warnings.filterwarnings("ignore", message=_TRITON_DEPRECATION,
                             category=DeprecationWarning)
     yield
+
+
+def check_scale(s: Any, arg: str, fn: str) -> jax.Array:
+  """A per-tensor scale as a float32 scalar, or raises naming ``fn``."""
+  dtype = getattr(s, "dtype", None)
+  if dtype is None:
+    if not isinstance(s, (int, float, np.number)) or isinstance(s, bool):
+      raise TypeError(f"`{arg}` argument to `{fn}` must be a real "
+                      f"scalar or a one-element array, got {type(s).__name__}")
+  elif not (jnp.issubdtype(dtype, jnp.floating)
+            or jnp.issubdtype(dtype, jnp.integer)):
+    raise TypeError(f"`{arg}` argument to `{fn}` must be real, got "
+                    f"dtype {np.dtype(dtype).name}")
+  if int(np.prod(np.shape(s))) != 1:
+    raise ValueError(f"`{arg}` argument to `{fn}` must hold one "
+                     f"per-tensor scale, got shape {tuple(np.shape(s))}")
+  return jnp.asarray(s, jnp.float32).reshape(())

@@ -47,7 +47,7 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src.fp8.scaling import DelayedScaling
-from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
@@ -337,12 +337,12 @@ def run_options(backend: str, interpret: Any, preferred_element_type: Any, *,
 def check_backends(recipe: Recipe, backend: str, *, fn: str) -> None:
   """An explicit MX ``backend`` that can't run one of the recipe's MX GEMMs
   fails here (other GEMMs don't use it)."""
-  validate.check_choice(backend, dispatch.MX_BACKENDS, "backend", fn)
+  validate.check_choice(backend, mx_api.MX_BACKENDS, "backend", fn)
   platform = jax.default_backend()
   for g in spec.GEMMS:
     qa, qb = getattr(recipe, g)
     if gemm.mx_pair(qa, qb):
-      dispatch.mx_backend(platform, qa.format, backend=backend, fn=fn,
+      mx_api.mx_backend(platform, qa.format, backend=backend, fn=fn,
                           block_size=gemm_lib.block_size_of(
                               gemm.mx_recipe(qa), qa.format))
 

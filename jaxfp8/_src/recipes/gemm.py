@@ -4,7 +4,7 @@
 :mod:`jaxfp8._src.recipes.core` by the path their quantizers allow:
 
 * both per tensor (kind ``"tensor"``, no transform): the narrow codes
-  multiplied with float32 accumulation (``kernels.dispatch.dot_general``:
+  multiplied with float32 accumulation (``kernels.scaled_matmul.api.dot_general``:
   the Mosaic GPU fp8 kernel on compute capability 9.x), then the product by one
   scale and then the other (``s_a * s_b`` alone may overflow where the
   result won't).
@@ -12,7 +12,7 @@
   second operand rounded to nearest: one GEMM of
   :func:`jaxfp8._src.recipes.mx_gemm.gemm` on its backend.
 * both fp8 blockwise with blocks of 128 along K (1x128 or 128x128), no
-  batch dims, where :func:`jaxfp8._src.kernels.dispatch.blockwise_backend`
+  batch dims, where :func:`jaxfp8._src.kernels.blockwise_matmul.api.blockwise_backend`
   picks the Mosaic GPU kernel (by default on compute capability 9.x): the
   fp8 codes and scales multiplied by :func:`jaxfp8.ops.blockwise_matmul`.
 * otherwise the exact dequantized values multiplied in float32 at HIGHEST
@@ -31,8 +31,10 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.kernels import dispatch
-from jaxfp8._src.kernels.mosaic import blockwise_matmul as blockwise_kernel
+from jaxfp8._src.kernels.blockwise_matmul import api as blockwise_api
+from jaxfp8._src.kernels.blockwise_matmul import mosaic_gpu as blockwise_kernel
+from jaxfp8._src.kernels.blockwise_matmul import reference as blockwise_reference
+from jaxfp8._src.kernels.scaled_matmul import api as scaled_api
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.numerics import formats
@@ -68,7 +70,7 @@ def blockwise_pair(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> bool:
   """Whether :func:`jaxfp8.ops.blockwise_matmul` can multiply them: fp8
   blockwise quantizers of 128-long blocks along K, rounded to nearest."""
   return all(q is not None and q.kind == "block" and not q.transform
-             and not q.stochastic and q.block in blockwise_kernel.BLOCKS
+             and not q.stochastic and q.block in blockwise_reference.BLOCKS
              and np.dtype(formats.get(q.format).dtype) in _FP8
              for q in (qa, qb))
 
@@ -79,7 +81,7 @@ def _blockwise_kernel(a: Op, b: Op, dims, run: gemm_lib.Run):
   (ac, bc), (ab, bb) = dims
   qa, qb = a.q, b.q
   fa, fb = (formats.get(q.format).dtype for q in (qa, qb))
-  if ab or dispatch.blockwise_backend(
+  if ab or blockwise_api.blockwise_backend(
       jax.default_backend(), fa, fb, backend=run.backend) != "mosaic":
     return None
   quantized = []
@@ -135,7 +137,7 @@ def _codes_dot(ca, cb, dims) -> jax.Array:
   a, b = _narrow(ca), _narrow(cb)
   if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
     a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-  return dispatch.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+  return scaled_api.dot_general(a, b, dims, preferred_element_type=jnp.float32)
 
 
 def _dot(a, b, dims) -> jax.Array:

@@ -4,7 +4,7 @@ A GEMM multiplies two operands quantized in one MX format along their own
 contracting dims (:func:`gemm`), or a plain operand and a packed weight, an
 :class:`~jaxfp8._src.mx.array.MXArray` (:func:`packed_dot`, for serving). It
 multiplies exactly (exact products, float32 accumulation) on the backend
-``kernels.dispatch.mx_backend`` chooses: the dequantized values in float32
+``kernels.mx_matmul.api.mx_backend`` chooses: the dequantized values in float32
 at HIGHEST precision, the Mosaic GPU ``mx_matmul_mgpu`` (mxfp8 on compute
 capability 9.x), or, asked for by name, the Triton ``mx_matmul`` or
 ``lax.scaled_dot``.
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
@@ -150,13 +150,13 @@ def gemm(a: Any, b: Any, dims, fmt: str | None, recipe: MXRecipe, run: Run,
   if fmt is None:
     return _dot(operand_float32(a, fn="dot_general"),
                 operand_float32(b, fn="dot_general"), dims)
-  backend = dispatch.mx_backend(jax.default_backend(), fmt,
+  backend = mx_api.mx_backend(jax.default_backend(), fmt,
                                 block_size=block_size_of(recipe, fmt),
                                 backend=run.backend)
   if backend == "dequantize":
     return _dot(_qdq(a, ac, fmt, recipe, key=key), _qdq(b, bc, fmt, recipe),
                 dims)
-  out = dispatch.mx_gemm(_blocked(a, ab, ac, fmt, recipe, key),
+  out = mx_api.mx_gemm(_blocked(a, ab, ac, fmt, recipe, key),
                          _blocked(b, bb, bc, fmt, recipe, None),
                          backend=backend, interpret=run.interpret)
   shape = ([a.shape[d] for d in ab] + [a.shape[d] for d in free_dims(
@@ -172,7 +172,7 @@ def _packed_backend(lhs_fmt, rhs, dims, recipe, run: Run) -> str:
   dim and no batch dims."""
   fn = "dot_general"
   (_, rc), (lb, _) = dims
-  validate.check_choice(run.backend, dispatch.MX_BACKENDS, "backend", fn)
+  validate.check_choice(run.backend, mx_api.MX_BACKENDS, "backend", fn)
   block = None if lhs_fmt is None else block_size_of(recipe, lhs_fmt)
   fits = (lhs_fmt == rhs.fmt.name and block == rhs.block_size and not lb
           and rc == (rhs.axis % rhs.ndim,))
@@ -189,7 +189,7 @@ def _packed_backend(lhs_fmt, rhs, dims, recipe, run: Run) -> str:
     backend = run.backend
   if not fits:
     return "dequantize"
-  return dispatch.mx_backend(jax.default_backend(), rhs.fmt.name,
+  return mx_api.mx_backend(jax.default_backend(), rhs.fmt.name,
                              block_size=rhs.block_size, backend=backend, fn=fn)
 
 
@@ -217,7 +217,7 @@ def packed_dot(lhs: Any, rhs: mx_lib.MXArray, dims: Any, recipe: MXRecipe,
   w = rhs.transpose(*free, rc[0])
   w = w.reshape(1, math.prod(w.shape[:-1]), w.shape[-1])
   a = _blocked(lax.stop_gradient(lhs), (), lc, recipe.fwd, recipe, None)
-  out = dispatch.mx_gemm(a, w, backend=backend, interpret=run.interpret)
+  out = mx_api.mx_gemm(a, w, backend=backend, interpret=run.interpret)
   shape = [lhs.shape[d] for d in free_dims(lhs.ndim, lc, ())] + [
       rhs.shape[d] for d in free]
   return out.reshape(shape).astype(dtype)

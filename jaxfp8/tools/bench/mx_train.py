@@ -24,7 +24,7 @@ import optax
 
 from jaxfp8 import mx
 from jaxfp8 import recipes
-from jaxfp8._src.kernels import dispatch
+from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from jaxfp8.tools import timing
 from jaxfp8.tools.options import int_at_least
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
   print(f"# MX training step, MLP {args.width}-{args.width}-{args.width}-8, "
         f"batch {args.batch}, jax {jax.__version__}, {jax.default_backend()}, "
         f"{platform.processor() or platform.machine()}")
-  auto = dispatch.mx_backend(jax.default_backend(), "mxfp8_e4m3",
+  auto = mx_api.mx_backend(jax.default_backend(), "mxfp8_e4m3",
                              block_size=32)
   print("ratios: median step time over the same-run median of the bf16 step "
         f"(the MX recipes on backend={auto}, the automatic choice here)\n")

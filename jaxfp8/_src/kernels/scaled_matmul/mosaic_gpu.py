@@ -2,7 +2,7 @@
 
 ``a`` (M, K) and ``b`` (N, K) are fp8 (e4m3 or e5m2, mixed allowed: Hopper's
 ``wgmma`` takes the pair) and K-major. Each program owns one output tile:
-the pipeline (:func:`jaxfp8._src.kernels.mosaic.common.pipeline`) streams the
+the pipeline (:func:`jaxfp8._src.kernels.mosaic_common.pipeline`) streams the
 operand tiles into shared memory, ``wgmma`` accumulates their products in a
 float32 accumulator over all of K, and both scales multiply the float32 sum
 (as :func:`jaxfp8._src.kernels.common.apply_scales` splits them, so their
@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels.mosaic import common
-from jaxfp8._src.kernels.scaled_matmul import check_scale
-from jaxfp8._src.kernels.scaled_matmul import scaled_matmul_reference
+from jaxfp8._src.kernels import mosaic_common as common
+from jaxfp8._src.kernels.common import check_scale
+from jaxfp8._src.kernels.scaled_matmul.reference import scaled_matmul_reference
 
 
 def _kernel(a_gmem, b_gmem, post_gmem, o_gmem, o_smem, *, tiles: common.Tiles,

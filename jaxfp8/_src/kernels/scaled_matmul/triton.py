@@ -16,9 +16,12 @@ import jax
 from jax import lax
 from jax.experimental import pallas as pl
 import jax.numpy as jnp
-import numpy as np
 
 from jaxfp8._src.kernels import common
+
+from jaxfp8._src.kernels.common import check_scale
+from jaxfp8._src.kernels.scaled_matmul.reference import scaled_matmul_reference
+
 
 # Largest default tiles: 128 x 256 x 128 fp8 keeps three pipeline stages in
 # Hopper's shared memory and the float32 accumulator in 8 warps' registers.
@@ -42,39 +45,6 @@ def _kernel(a_ref, b_ref, a_scale_ref, b_scale_ref, o_ref, *, block_k: int,
   acc = lax.fori_loop(0, num_k, body, jnp.zeros(o_ref.shape, jnp.float32))
   o_ref[...] = common.apply_scales(acc, a_scale_ref[0],
                                   b_scale_ref[0]).astype(o_ref.dtype)
-
-
-def scaled_matmul_reference(a: jax.Array, b: jax.Array, a_scale: Any,
-                            b_scale: Any, *, out_dtype: Any = jnp.bfloat16
-                            ) -> jax.Array:
-  """Plain-jnp ``(a * a_scale) @ (b * b_scale).T``, float32 accumulation.
-
-  The fp8 operands are widened to float32 (exactly) and multiplied at full
-  float32 precision; the scales are applied to the float32 sum as in the
-  kernel.
-
-  Args:
-    a: (M, K) array.
-    b: (N, K) array.
-    a_scale: scalar scale of ``a``.
-    b_scale: scalar scale of ``b``.
-    out_dtype: dtype of the result.
-
-  Returns:
-    The (M, N) product in ``out_dtype``.
-
-  >>> import jax.numpy as jnp
-  >>> a = jnp.ones((2, 3), jnp.float8_e4m3fn)
-  >>> scaled_matmul_reference(a, a, 0.5, 4.0, out_dtype=jnp.float32)
-  Array([[6., 6.],
-         [6., 6.]], dtype=float32)
-  """
-  acc = lax.dot_general(a.astype(jnp.float32), b.astype(jnp.float32),
-                        common.CONTRACT_K, precision=lax.Precision.HIGHEST,
-                        preferred_element_type=jnp.float32)
-  a_scale = jnp.asarray(a_scale, jnp.float32).reshape(())
-  b_scale = jnp.asarray(b_scale, jnp.float32).reshape(())
-  return common.apply_scales(acc, a_scale, b_scale).astype(out_dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
@@ -108,23 +78,6 @@ def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
       name="scaled_matmul",
   )(a, b, a_scale.reshape(1), b_scale.reshape(1))
   return out[:m, :n]
-
-
-def check_scale(s: Any, arg: str, fn: str) -> jax.Array:
-  """A per-tensor scale as a float32 scalar, or raises naming ``fn``."""
-  dtype = getattr(s, "dtype", None)
-  if dtype is None:
-    if not isinstance(s, (int, float, np.number)) or isinstance(s, bool):
-      raise TypeError(f"`{arg}` argument to `{fn}` must be a real "
-                      f"scalar or a one-element array, got {type(s).__name__}")
-  elif not (jnp.issubdtype(dtype, jnp.floating)
-            or jnp.issubdtype(dtype, jnp.integer)):
-    raise TypeError(f"`{arg}` argument to `{fn}` must be real, got "
-                    f"dtype {np.dtype(dtype).name}")
-  if int(np.prod(np.shape(s))) != 1:
-    raise ValueError(f"`{arg}` argument to `{fn}` must hold one "
-                     f"per-tensor scale, got shape {tuple(np.shape(s))}")
-  return jnp.asarray(s, jnp.float32).reshape(())
 
 
 def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,

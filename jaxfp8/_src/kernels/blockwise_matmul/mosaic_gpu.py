@@ -9,7 +9,7 @@ per square tile, shape (ceil(N / 128), ceil(K / 128)). That is what
 :func:`jaxfp8._src.mx.blockwise.quantize` gives, and what the
 ``"fp8_blockwise"`` recipe's GEMMs multiply.
 
-The block-scaled kernel (:mod:`jaxfp8._src.kernels.mosaic.block_scaled`)
+The block-scaled kernel (:mod:`jaxfp8._src.kernels.block_scaled`)
 keeps the operands fp8 into the tensor cores and multiplies each 128-long K
 block's float32 partial sum by ``a_scale[i] * b_scale[j]`` in registers, as
 DeepSeek-V3's GEMM promotes (a tile scale is the column factor of every
@@ -22,47 +22,15 @@ import functools
 from typing import Any
 
 import jax
-from jax import lax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels.mosaic import block_scaled
-from jaxfp8._src.kernels.mosaic import common
+from jaxfp8._src.kernels import block_scaled
+from jaxfp8._src.kernels import mosaic_common as common
 
-# The scale block along K, and the operand blocks the GEMM takes.
-BLOCK_K = 128
-BLOCKS: tuple[tuple[int, int], ...] = ((1, BLOCK_K), (BLOCK_K, BLOCK_K))
-
-
-def _per_row(scales: jax.Array, rows: int, block: tuple[int, int]):
-  """(rows, K blocks) float32 factors: a tile's scale repeated per row."""
-  if block[0] == 1:
-    return scales
-  return jnp.repeat(scales, block[0], axis=0)[:rows]
-
-
-@functools.partial(jax.jit, static_argnames=("out_dtype", "a_block",
-                                             "b_block"))
-def _reference(a, a_scales, b, b_scales, *, out_dtype, a_block, b_block):
-  m, n, k = a.shape[0], b.shape[0], a.shape[1]
-  nkb = -(-k // BLOCK_K)
-  kp = nkb * BLOCK_K
-  av = triton_common.pad_to(a.astype(jnp.float32), (1, kp)).reshape(
-      m, nkb, BLOCK_K)
-  bv = triton_common.pad_to(b.astype(jnp.float32), (1, kp)).reshape(
-      n, nkb, BLOCK_K)
-  sa, sb = _per_row(a_scales, m, a_block), _per_row(b_scales, n, b_block)
-  partial = lax.dot_general(av, bv, (((2,), (2,)), ((1,), (1,))),
-                            precision=lax.Precision.HIGHEST,
-                            preferred_element_type=jnp.float32)
-  factors = sa.T[:, :, None] * sb.T[:, None, :]
-
-  def body(kb, acc):
-    return acc + partial[kb] * factors[kb]
-
-  acc = lax.fori_loop(0, nkb, body, jnp.zeros((m, n), jnp.float32))
-  return acc.astype(out_dtype)
+from jaxfp8._src.kernels.blockwise_matmul.reference import BLOCK_K
+from jaxfp8._src.kernels.blockwise_matmul.reference import checked
+from jaxfp8._src.kernels.blockwise_matmul.reference import per_row
+from jaxfp8._src.kernels.blockwise_matmul.reference import reference
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
@@ -70,82 +38,12 @@ def _reference(a, a_scales, b, b_scales, *, out_dtype, a_block, b_block):
 def _blockwise_matmul(a, a_scales, b, b_scales, *, out_dtype, mode: str,
                       tiles: common.Tiles, a_block, b_block):
   if mode == "reference":
-    return _reference(a, a_scales, b, b_scales, out_dtype=out_dtype,
+    return reference(a, a_scales, b, b_scales, out_dtype=out_dtype,
                       a_block=a_block, b_block=b_block)
   return block_scaled.gemm(
-      a, b, _per_row(a_scales, a.shape[0], a_block),
-      _per_row(b_scales, b.shape[0], b_block), jnp.ones((2,), jnp.float32),
+      a, b, per_row(a_scales, a.shape[0], a_block),
+      per_row(b_scales, b.shape[0], b_block), jnp.ones((2,), jnp.float32),
       out_dtype=out_dtype, mode=mode, tiles=tiles, scale_block=BLOCK_K)
-
-
-def _check_block(block: Any, arg: str, fn: str) -> tuple[int, int]:
-  try:
-    block = tuple(int(b) for b in block)
-  except TypeError as e:
-    raise TypeError(f"`{arg}` argument to `{fn}` must be one of "
-                    f"{', '.join(map(str, BLOCKS))}, got {block!r}") from e
-  if block not in BLOCKS:
-    raise ValueError(f"`{arg}` argument to `{fn}` must be one of "
-                     f"{', '.join(map(str, BLOCKS))} (blocks of 128 along K), "
-                     f"got {block}")
-  return block
-
-
-def _check_scales(s: Any, rows: int, k: int, block, arg: str, fn: str):
-  expect = (-(-rows // block[0]), -(-k // BLOCK_K))
-  dtype = getattr(s, "dtype", None)
-  if dtype is None or np.dtype(dtype) != np.float32:
-    raise TypeError(f"`{arg}` argument to `{fn}` must be a float32 array, "
-                    f"got {getattr(dtype, 'name', type(s).__name__)}")
-  if tuple(s.shape) != expect:
-    raise ValueError(f"`{arg}` argument to `{fn}` must have shape {expect} "
-                     f"(one scale per {block[0]}x{block[1]} block), got "
-                     f"{tuple(s.shape)}")
-  return jnp.asarray(s)
-
-
-def blockwise_matmul_reference(a: jax.Array, a_scales: jax.Array,
-                               b: jax.Array, b_scales: jax.Array, *,
-                               a_block: tuple[int, int] = (1, 128),
-                               b_block: tuple[int, int] = (128, 128),
-                               out_dtype: Any = jnp.bfloat16) -> jax.Array:
-  """Plain-jnp fp8 blockwise ``(a * a_scales) @ (b * b_scales).T``.
-
-  Per 128-long block of K, the float32 sum of the block's exact fp8 products
-  (HIGHEST precision) is multiplied by its row and column scales and added
-  to a float32 accumulator, as the kernel does.
-
-  Args: as :func:`blockwise_matmul`.
-
-  Returns:
-    The (M, N) product in ``out_dtype``.
-
-  >>> import jax.numpy as jnp
-  >>> a = jnp.ones((2, 256), jnp.float8_e4m3fn)
-  >>> sa = jnp.array([[1.0, 2.0], [0.5, 0.5]], jnp.float32)
-  >>> b = jnp.ones((1, 256), jnp.float8_e4m3fn)
-  >>> sb = jnp.array([[4.0, 1.0]], jnp.float32)
-  >>> blockwise_matmul_reference(a, sa, b, sb, out_dtype=jnp.float32)
-  Array([[768.],
-         [320.]], dtype=float32)
-  """
-  fn = "blockwise_matmul_reference"
-  return _checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
-                  _reference)
-
-
-def _checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn, run):
-  a, b = triton_common.check_fp8_pair(a, b, fn)
-  a_block = _check_block(a_block, "a_block", fn)
-  b_block = _check_block(b_block, "b_block", fn)
-  k = a.shape[1]
-  a_scales = _check_scales(a_scales, a.shape[0], k, a_block, "a_scales", fn)
-  b_scales = _check_scales(b_scales, b.shape[0], k, b_block, "b_scales", fn)
-  out_dtype = triton_common.check_out_dtype(out_dtype, fn)
-  if 0 in (a.shape[0], b.shape[0], k):
-    return jnp.zeros((a.shape[0], b.shape[0]), out_dtype)
-  return run(a, a_scales, b, b_scales, out_dtype=out_dtype, a_block=a_block,
-             b_block=b_block)
 
 
 def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
@@ -217,5 +115,5 @@ def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
                              mode=mode, tiles=tiles, a_block=a_block,
                              b_block=b_block)
 
-  return _checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
+  return checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
                   run)

@@ -4,7 +4,7 @@
 (e4m3 or e5m2 elements, mixed allowed), each run of 32 (the block size)
 elements along K sharing one E8M0 scale ``2^(code - 127)``. The operands stay
 fp8 into the tensor cores; the block-scaled kernel
-(:mod:`jaxfp8._src.kernels.mosaic.block_scaled`) multiplies each K block's
+(:mod:`jaxfp8._src.kernels.block_scaled`) multiplies each K block's
 float32 partial sum by its row and column scales in registers: the only
 MXFP8 GEMM that keeps fp8 operands on Hopper, which has no block-scaled MMA
 (``jax.nn.scaled_matmul`` dequantizes there).
@@ -12,7 +12,7 @@ MXFP8 GEMM that keeps fp8 operands on Hopper, which has no block-scaled MMA
 The scales are applied exactly. 2^-127 (scale code 0) and products of two
 scales down to 2^-254 are not normal float32 numbers, so the factors run in
 the shifted domain of the Triton kernel's fast path
-(:func:`jaxfp8._src.kernels.mx_matmul.fast_plan`): row factors
+(:func:`jaxfp8._src.kernels.mx_matmul.reference.fast_plan`): row factors
 ``2^(ca - 127 + Ta)`` and column factors ``2^(cb - 127 + Tb)`` are normal
 float32 numbers, so is their product for every pair of blocks whose
 contribution float32 can hold, and the result is multiplied by ``2^-(Ta +
@@ -31,9 +31,9 @@ from jax import lax
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels import mx_matmul as mx_lib
-from jaxfp8._src.kernels.mosaic import block_scaled
-from jaxfp8._src.kernels.mosaic import common
+from jaxfp8._src.kernels.mx_matmul import reference as mx_lib
+from jaxfp8._src.kernels import block_scaled
+from jaxfp8._src.kernels import mosaic_common as common
 from jaxfp8._src.mx import array as mx_array
 
 _NAN_CODE = 255

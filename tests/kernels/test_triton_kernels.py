@@ -20,8 +20,8 @@ import pytest
 import jaxfp8
 from jaxfp8 import ops
 from jaxfp8._src.kernels import common
-from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
-from jaxfp8._src.kernels import scaled_matmul as scaled_matmul_lib
+from jaxfp8._src.kernels.mx_matmul import triton as mx_matmul_lib
+from jaxfp8._src.kernels.scaled_matmul import triton as scaled_matmul_lib
 import kernel_reference
 
 FP8_DTYPES = [jnp.float8_e4m3fn, jnp.float8_e5m2]

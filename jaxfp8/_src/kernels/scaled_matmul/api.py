@@ -1,18 +1,13 @@
-"""Which GEMM runs where: the fp8, MX and fp8 blockwise kernels' dispatch.
+"""The per-tensor scaled fp8 matmul's public entry: ``jaxfp8.ops.dot_general``
+and the choice of its kernel.
 
-``jaxfp8.ops.dot_general`` takes ``jax.lax.dot_general``'s arguments and sends
-the products an fp8 kernel can take (two fp8 operands, no batch dimensions,
-a kernel output dtype) to the kernel :func:`fp8_backend` picks, laid out
-K-major; everything else goes to ``lax.dot_general`` itself.
-
-The choices are pure functions of platform, compute capability and format
-(:func:`fp8_backend`, :func:`mx_backend`, :func:`blockwise_backend`): on a
-GPU of compute capability 9.x (Hopper) the Mosaic GPU
-kernels (:mod:`jaxfp8._src.kernels.mosaic`); elsewhere XLA (fp8 products)
-or the exact dequantize-and-dot (MX, blockwise). The Triton kernels run only
-when asked for by name (``"triton"``, or ``"pallas"``, its older name),
-while JAX keeps Pallas' Triton backend. :func:`mx_gemm` runs a kernel
-backend on MXArray operands.
+:func:`dot_general` takes ``jax.lax.dot_general``'s arguments and sends the
+products an fp8 kernel can take (two fp8 operands, no batch dimensions, a
+kernel output dtype) to the kernel :func:`fp8_backend` picks, laid out
+K-major; everything else goes to ``lax.dot_general`` itself. The choice is a
+pure function of platform, compute capability and formats: the Mosaic GPU
+kernel on compute capability 9.x (Hopper), XLA elsewhere; the Triton kernel
+only when named.
 """
 from __future__ import annotations
 
@@ -26,15 +21,9 @@ import numpy as np
 
 from jaxfp8._src import compat
 from jaxfp8._src.kernels import common
-from jaxfp8._src.kernels import mx_matmul as mx_matmul_lib
-from jaxfp8._src.kernels.mosaic import block_scaled
-from jaxfp8._src.kernels.mosaic import common as mosaic_common
-from jaxfp8._src.kernels.mosaic.mx_matmul import mx_matmul_mgpu
-from jaxfp8._src.kernels.mosaic.scaled_matmul import scaled_matmul_mgpu
-from jaxfp8._src.kernels.scaled_matmul import scaled_matmul
-from jaxfp8._src.mx import array as mx_lib
-from jaxfp8._src.mx import matmul as mx_dot
-from jaxfp8._src.mx.formats import get_format
+from jaxfp8._src.kernels import mosaic_common
+from jaxfp8._src.kernels.scaled_matmul import mosaic_gpu as scaled_mosaic_gpu
+from jaxfp8._src.kernels.scaled_matmul import triton as scaled_triton
 from jaxfp8._src.numerics import codes
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
@@ -77,8 +66,6 @@ def _check(lhs, rhs, dimension_numbers, preferred_element_type) -> None:
                   f"{tuple(lhs.shape)} {lhs.dtype} and `rhs` "
                   f"{tuple(rhs.shape)} {rhs.dtype}: {e}") from e
 
-
-# -- the platform's kernels -----------------------------------------------------
 
 FP8_BACKENDS: tuple[str, ...] = ("auto", "mosaic", "triton", "xla")
 
@@ -197,140 +184,10 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
   a = jnp.transpose(lhs, (*l_kept, *l_con)).reshape(-1, k)
   b = jnp.transpose(rhs, (*r_kept, *r_con)).reshape(-1, k)
   if kernel == "mosaic":
-    out = scaled_matmul_mgpu(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
+    out = scaled_mosaic_gpu.scaled_matmul_mgpu(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
                              interpret=interpret)
   else:
-    out = scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
+    out = scaled_triton.scaled_matmul(a, b, 1.0, 1.0, out_dtype=preferred_element_type,
                         interpret=interpret,
                         precision=lax.Precision.HIGHEST if widen else None)
   return out.reshape(out_shape)
-
-
-# -- the backends of the MX dot_general ----------------------------------------
-
-# "pallas" is the Triton kernel's name from before the Mosaic GPU kernels.
-MX_BACKENDS: tuple[str, ...] = ("auto", "dequantize", "mosaic", "triton",
-                                "pallas", "scaled_dot")
-
-
-def _why_not(backend: str, fmt: str, block_size: int) -> str | None:
-  """Why ``backend`` can't run a GEMM of ``fmt`` blocks, or None if it can."""
-  names = " and ".join(mx_matmul_lib.MXFP8_FORMATS)
-  if backend in ("triton", "pallas"):
-    if fmt not in mx_matmul_lib.MXFP8_FORMATS:
-      return f"the Triton mx_matmul reads {names} elements only, not {fmt}"
-    if block_size < 32 or block_size & (block_size - 1):
-      return (f"the Triton mx_matmul needs a block size that is a power of "
-              f"two >= 32, not {block_size}")
-  if backend == "mosaic":
-    if fmt not in mx_matmul_lib.MXFP8_FORMATS:
-      return f"the Mosaic GPU mx_matmul reads {names} elements only, not {fmt}"
-    if block_size not in block_scaled.SCALE_BLOCKS:
-      return (f"the Mosaic GPU mx_matmul needs a block size of "
-              f"{', '.join(map(str, block_scaled.SCALE_BLOCKS))}, not "
-              f"{block_size}")
-  if backend == "scaled_dot" and get_format(fmt).bits == 6:
-    return f"lax.scaled_dot can't hold {fmt}'s fp6 elements"
-  return None
-
-
-def mx_backend(platform: str, fmt: str, *, block_size: int,
-               backend: str = "auto", fn: str = "dot_general",
-               compute_capability: int | None = None) -> str:
-  """The backend that multiplies two MX operands of ``fmt`` on ``platform``.
-
-  ``"auto"``: ``"mosaic"`` (the Mosaic GPU ``mx_matmul_mgpu``: fp8 operands
-  into the tensor cores, block scales in registers) on a GPU of compute
-  capability 9.x (Hopper) for mxfp8 with blocks of 32, 64 or 128, else
-  ``"dequantize"`` (exact dequantize, float32 dot at HIGHEST precision):
-  the fastest exact path on CPU, where ``lax.scaled_dot`` flushes blocks of
-  scale code 0 (see ``docs/mx.md``). The Triton ``mx_matmul``
-  (``"triton"``, or ``"pallas"``) runs only when named. An explicit backend
-  is checked against the format.
-
-  Args:
-    platform: ``jax.default_backend()``'s answer (``"cpu"``, ``"gpu"``, ...).
-    fmt: the MX format name of both operands.
-    block_size: their block size.
-    backend: one of :data:`MX_BACKENDS`.
-    fn: the public function to name in errors.
-    compute_capability: the GPU's, as an int (90 for 9.0); default the first
-      device's.
-
-  Raises:
-    ValueError: an unknown ``backend``.
-    NotImplementedError: an explicit backend that can't take ``fmt``.
-
-  >>> mx_backend("gpu", "mxfp8_e4m3", block_size=32, compute_capability=90)
-  'mosaic'
-  >>> mx_backend("gpu", "mxfp8_e4m3", block_size=32, compute_capability=89)
-  'dequantize'
-  >>> mx_backend("cpu", "mxfp8_e4m3", block_size=32)
-  'dequantize'
-  """
-  validate.check_choice(backend, MX_BACKENDS, "backend", fn)
-  if backend == "auto":
-    return ("mosaic" if mosaic_common.hopper(platform, compute_capability)
-            and _why_not("mosaic", fmt, block_size) is None else "dequantize")
-  why = _why_not(backend, fmt, block_size)
-  if why is not None:
-    raise NotImplementedError(f"`{fn}` with backend={backend!r}: {why}; use "
-                              "backend='dequantize' or 'auto'")
-  return backend
-
-
-def blockwise_backend(platform: str, a_dtype: Any, b_dtype: Any, *,
-                      backend: str = "auto", fn: str = "dot_general",
-                      compute_capability: int | None = None) -> str:
-  """How an fp8 blockwise GEMM (1x128 / 128x128 blocks) multiplies:
-  ``"mosaic"`` (:func:`jaxfp8.ops.blockwise_matmul`) or ``"dequantize"``.
-
-  ``"auto"``: the Mosaic GPU kernel on a GPU of compute capability 9.x
-  where it takes the operand pair, else the exact dequantize-and-dot;
-  ``"mosaic"`` and ``"dequantize"`` as named. The MX-only backends
-  (``"triton"``, ``"pallas"``, ``"scaled_dot"``) don't apply to these GEMMs,
-  which then dequantize.
-
-  >>> blockwise_backend("gpu", "float8_e4m3fn", "float8_e4m3fn",
-  ...                   compute_capability=90)
-  'mosaic'
-  >>> blockwise_backend("cpu", "float8_e4m3fn", "float8_e4m3fn")
-  'dequantize'
-  """
-  validate.check_choice(backend, MX_BACKENDS, "backend", fn)
-  if backend == "auto":
-    return ("mosaic" if mosaic_common.hopper(platform, compute_capability)
-            and mosaic_common.takes_pair(a_dtype, b_dtype) else "dequantize")
-  return "mosaic" if backend == "mosaic" else "dequantize"
-
-
-def mx_gemm(a: mx_lib.MXArray, b: mx_lib.MXArray, *, backend: str,
-            interpret: bool | None = None) -> jax.Array:
-  """``a @ b^T`` per batch in float32: a (B, M, K), b (B, N, K) MXArrays.
-
-  Both are blocked along K (their last axis) with the same block size;
-  ``backend`` is ``"mosaic"`` (``jaxfp8.ops.mx_matmul_mgpu`` per batch,
-  one after the other), ``"triton"`` / ``"pallas"`` (``jaxfp8.ops.mx_matmul``
-  per batch, under ``vmap``; ``interpret`` as they take it) or
-  ``"scaled_dot"``. Returns (B, M, N) float32: the float32 accumulation of
-  exact block products.
-  """
-  if backend == "scaled_dot":
-    return mx_dot.scaled_dot_product(a, b, jnp.float32, b_rows=True)
-  if backend not in ("mosaic", "triton", "pallas"):
-    raise ValueError(f"`mx_gemm`: backend must be 'mosaic', 'triton', "
-                     f"'pallas' or 'scaled_dot', got {backend!r}")
-  k, bs = a.shape[-1], a.block_size
-
-  def one(ad, asc, bd, bsc):
-    def mx_of(data, scales, fmt):
-      return mx_lib.MXArray(data, scales, fmt, axis=-1, length=k,
-                            block_size=bs)
-    op = mx_matmul_mgpu if backend == "mosaic" else mx_matmul_lib.mx_matmul
-    return op(mx_of(ad, asc, a.fmt), mx_of(bd, bsc, b.fmt),
-              out_dtype=jnp.float32, interpret=interpret)
-
-  if backend == "mosaic":
-    # lax.map: a Mosaic GPU kernel has no batching rule to vmap it by.
-    return lax.map(lambda xs: one(*xs), (a.data, a.scales, b.data, b.scales))
-  return jax.vmap(one)(a.data, a.scales, b.data, b.scales)

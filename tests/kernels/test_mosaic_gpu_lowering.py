@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from jaxfp8._src import compat
-from jaxfp8._src.kernels.mosaic import block_scaled
-from jaxfp8._src.kernels.mosaic import blockwise_matmul
-from jaxfp8._src.kernels.mosaic import mx_matmul
-from jaxfp8._src.kernels.mosaic import common
-from jaxfp8._src.kernels.mosaic import scaled_matmul
+from jaxfp8._src.kernels import block_scaled
+from jaxfp8._src.kernels.blockwise_matmul import mosaic_gpu as blockwise_matmul
+from jaxfp8._src.kernels.mx_matmul import mosaic_gpu as mx_matmul
+from jaxfp8._src.kernels import mosaic_common as common
+from jaxfp8._src.kernels.scaled_matmul import mosaic_gpu as scaled_matmul
 
 S = jax.ShapeDtypeStruct
 E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2

@@ -24,7 +24,7 @@ import jaxfp8
 from jaxfp8 import ops
 from jaxfp8._src import compat
 from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels.mosaic import common
+from jaxfp8._src.kernels import mosaic_common as common
 from jaxfp8._src.mx import blockwise
 import kernel_reference as ref_lib
 

@@ -31,7 +31,7 @@ from jax import lax
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels.mosaic import common
+from jaxfp8._src.kernels import mosaic_common as common
 
 # Scale blocks the kernel takes: a divisor of the 128-element K step that
 # one fp8 wgmma (K = 32) can cover.
