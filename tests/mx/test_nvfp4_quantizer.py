@@ -12,6 +12,7 @@ from cast_reference import round_reference
 from jaxfp8 import mx
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.mx import nvfp4
+from jaxfp8._src.mx import pack as mx_pack
 
 F32_MAX = float(np.finfo(np.float32).max)
 E4M3 = formats.get("float8_e4m3fn")
@@ -193,6 +194,59 @@ def test_pow2_is_jaxfp8_nvfp4():
   got = np.asarray(nvfp4.dequantize(codes, bs, ts))
   np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
   np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+# -- one quantizer: jaxfp8.mx.quantize(x, "nvfp4") is quantize_tiles too ----
+
+def _mx_nvfp4(x, **kwargs):
+  """(e2m1 codes, e4m3 scale codes, tensor scale bits) of mx.quantize."""
+  a = mx.quantize(x, "nvfp4", pad=True, **kwargs)
+  codes = np.asarray(mx_pack.unpack(a.data, 4))[..., :x.shape[-1]]
+  return (codes, np.asarray(a.scales).view(np.uint8),
+          np.asarray(a.tensor_scale).view(np.uint32))
+
+
+def _recipe_nvfp4(x, jit=False, **kwargs):
+  f = lambda x, key: nvfp4.quantize(x, tensor_scale="pow2", key=key,
+                                    **kwargs)
+  codes, bs, ts = (jax.jit(f) if jit else f)(x, kwargs.pop("key", None))
+  return (np.asarray(codes).view(np.uint8), np.asarray(bs).view(np.uint8),
+          np.asarray(ts).view(np.uint32))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("scale_mode", ["floor", "ceil", "rceil", "even"])
+@pytest.mark.parametrize("scale", list(_SCALES), ids=list(_SCALES))
+def test_both_entry_points_give_the_same_bits(scale, scale_mode, rounding,
+                                              jit):
+  """Zeros, subnormals, NaN/Inf blocks, a ragged edge, every tensor-scale
+  guard; stochastic rounding draws jax.random.bits(key, x.shape) in both."""
+  x = _special(_SCALES[scale])
+  key = jax.random.key(3) if rounding == "stochastic" else None
+  want = _mx_nvfp4(x, scale_mode=scale_mode, rounding=rounding, key=key)
+  got = _recipe_nvfp4(x, jit, scale_mode=scale_mode, rounding=rounding,
+                      key=key)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
+
+
+def test_both_entry_points_agree_on_tiny_tensors():
+  """Tensor exponents below nv_fast_min_exponent: the exact branch."""
+  x = _special(2.0**-120)
+  for rounding, key in [("nearest", None), ("stochastic", jax.random.key(1))]:
+    want = _mx_nvfp4(x, rounding=rounding, key=key)
+    got = _recipe_nvfp4(x, rounding=rounding, key=key)
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g, w)
+
+
+def test_scale_mode_is_for_pow2():
+  with pytest.raises(ValueError, match="scale_mode"):
+    nvfp4.quantize(np.ones((2, 16), np.float32), scale_mode="ceil")
+  with pytest.raises(ValueError, match="scale_mode"):
+    nvfp4.quantize(np.ones((2, 16), np.float32), tensor_scale="pow2",
+                   scale_mode="up")
 
 
 @pytest.mark.parametrize("scale", ["unit", "tiny", "subnormal"])

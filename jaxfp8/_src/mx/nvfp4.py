@@ -39,13 +39,17 @@ the tensor scale is rounded once. TE's own dequantize kernel and its GEMM
 which can differ from ``1 / S_enc`` in the last bit; this module keeps one
 definition of the quantized value, the ``S_dec`` the quantizer used.
 
-``tensor_scale="pow2"`` is jaxfp8's own ``nvfp4`` MX format instead
-(:mod:`jaxfp8._src.mx.scales`, ``nv_scales`` with scale mode ``"floor"``,
-reused here): the tensor scale is the power of two ``2^j``, the smallest
-with ``amax <= 2688 * 2^j``, block scales are ``amax_block / (6 * 2^j)``
-rounded down into e4m3, and elements are ``(x / 2^j) / block_scale``
-rounded, which makes every step exact. With ``block=(1, 16)`` and nearest
-rounding it gives the codes and scales of ``jaxfp8.mx.quantize(x, "nvfp4")``.
+``tensor_scale="pow2"`` is jaxfp8's own ``nvfp4`` MX format instead: the
+tensor scale is the power of two ``2^j``, the smallest with ``amax <= 2688 *
+2^j``, block scales are ``amax_block / (6 * 2^j)`` rounded into e4m3 (down
+by default; the MX scale modes of :mod:`jaxfp8._src.mx.scales`, whose
+``nv_scales`` computes them), and elements are ``(x / 2^j) / block_scale``
+rounded, which makes every step exact.
+
+This module is jaxfp8's one NVFP4 quantizer: :func:`quantize_tiles` serves
+:func:`quantize` and ``jaxfp8.mx.quantize(x, "nvfp4")`` (tiles of 1 x
+block_size, ``"pow2"``), so for block (1, 16) the two give the same codes,
+scales and tensor scale, also with stochastic rounding and the same key.
 
 Both rules are exact on every backend, also for subnormal float32 inputs
 and scales (:mod:`jaxfp8._src.mx.f32`; XLA on CPU would flush them).
@@ -60,7 +64,7 @@ element codes 0, so it dequantizes to NaN (as jaxfp8's ``nvfp4`` does).
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
@@ -68,90 +72,171 @@ from jax import lax
 import numpy as np
 
 from jaxfp8._src.mx import bits as bits_lib
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import elements as elements_lib
+from jaxfp8._src.mx import f32
 from jaxfp8._src.mx import scales as mx_scales
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.mx import blockwise
-from jaxfp8._src.mx import f32
 
 TensorScale = Literal["te", "pow2"]
 TENSOR_SCALES: tuple[str, ...] = ("te", "pow2")
 BLOCKS: tuple[tuple[int, int], ...] = ((1, 16), (16, 16))
 ELEMENT = "float4_e2m1fn"
 SCALE = "float8_e4m3fn"
-U32 = bits_lib.U32
-_RANGE = np.float32(448.0 * 6.0)   # e4m3 max * e2m1 max
+U32, I32 = bits_lib.U32, bits_lib.I32
+_FORMAT = get_format("nvfp4")
+_RANGE = _FORMAT.max * _FORMAT.scale.max   # e2m1 max * e4m3 max: 2688
 _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
-_NVFP4 = "nvfp4"
 # Tensor scales at least this large make every code * block_scale *
 # tensor_scale a normal float32 (code * block_scale >= 2^-10).
 _FAST_TENSOR_MIN = np.float32(2.0**-100)
 
 
-def _te_scales(bmax, tamax):
-  """Steps 1-4: (e4m3 block scales, element encode scales, S_dec)."""
-  tamax_f = lax.bitcast_convert_type(tamax, jnp.float32)
-  s_enc = _RANGE / jnp.where(tamax == 0, np.float32(1), tamax_f)
-  s_enc = jnp.where(tamax < 0x800000, np.float32(np.inf), s_enc)
-  s_enc = jnp.minimum(s_enc, f32.F32_MAX)
-  s_enc = jnp.where(tamax == 0, np.float32(1), s_enc)
+def _te_scales(good_max):
+  """Steps 1-4 from finite block maxima: (uint8 e4m3 block-scale codes,
+  element encode scales, S_dec)."""
+  # Step 1 is blockwise's encode rule with the range 448 * 6 for fmt_max.
+  s_enc = blockwise.encode_scales(jnp.max(good_max, initial=U32(0)), _RANGE,
+                                  "float32")
   s_dec = f32.reciprocal(s_enc)
-  bmax_f = lax.bitcast_convert_type(bmax, jnp.float32)
+  bmax_f = lax.bitcast_convert_type(good_max, jnp.float32)
   bs = f32.mul_into_narrow(bmax_f, s_enc * _SIXTH)
   bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE)
   d = f32.mul(bs.astype(jnp.float32), s_dec)
   enc = jnp.minimum(f32.reciprocal(d), f32.F32_MAX)
-  return bs, enc, s_dec
+  return lax.bitcast_convert_type(bs, jnp.uint8), enc, s_dec
 
 
-def _pow2_scales(bmax):
-  """jaxfp8's nvfp4 (mode "floor"): (e4m3 block scales, tensor exponent j)."""
-  codes, j = mx_scales.nv_scales(bmax, get_format(_NVFP4), "floor")
-  return lax.bitcast_convert_type(codes, jnp.float8_e4m3fn), j
+def _block_max(t, block):
+  """uint32 block maxima (..., Mb, Kb) of tiles ``t``; rows of 1 x bk through
+  :func:`mx_scales.block_max`, the reduce XLA on CPU vectorizes."""
+  bm, bk = block
+  if bm != 1:
+    return blockwise.tile_amax(t)
+  *lead, m, _, kb, _ = t.shape
+  flat = lax.bitcast_convert_type(t, U32).reshape(*lead, m, kb * bk)
+  return mx_scales.block_max(flat, bk)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def _quantize_jit(x, rand, block, tensor_scale: str, rounding: str):
+def quantize_tiles(x: jax.Array, rand: jax.Array | None,
+                   block: tuple[int, int], *, tensor_scale: str,
+                   scale_mode: str, rounding: str,
+                   finish: Callable[[jax.Array], Any] | None = None
+                   ) -> tuple[Any, jax.Array, jax.Array]:
+  """NVFP4 quantization of float32 ``x`` (..., M, K), in tiles: every NVFP4
+  quantizer of jaxfp8 (:func:`quantize`, ``jaxfp8.mx.quantize(x, "nvfp4")``)
+  is this function. Runs inside its callers' jit; arguments are checked.
+
+  Args:
+    x: float32 (..., M, K), zero-padded here to whole tiles.
+    rand: uint32 random bits of ``x``'s shape for stochastic rounding.
+    block: ``(bm, bk)``; ``(1, n)`` for any even n, or ``(16, 16)``.
+    tensor_scale: ``"te"`` or ``"pow2"``.
+    scale_mode: the block scales' rounding into e4m3 for ``"pow2"``, one of
+      :data:`jaxfp8._src.mx.scales.SCALE_MODES` (``"te"`` has its own).
+    rounding: ``"nearest"`` or ``"stochastic"``.
+    finish: applied to the codes inside the branch that makes them (the MX
+      storage packs them there: XLA then copies nothing); default none.
+
+  Returns:
+    ``(finish(codes), scale_codes, tensor_scale)``: uint8 e2m1 codes in tiles
+    (..., Mb, bm, Kb, bk), 0 in blocks holding NaN or Inf; uint8 e4m3 block
+    scale codes (..., Mb, Kb), the NaN code for those blocks; the float32
+    decode tensor scale.
+
+  >>> import jax.numpy as jnp
+  >>> codes, sc, ts = quantize_tiles(jnp.full((1, 16), 3.0), None, (1, 16),
+  ...     tensor_scale="pow2", scale_mode="floor", rounding="nearest")
+  >>> codes[0, 0, 0, :2], sc  # 3 = e2m1 6 (code 7) * e4m3 256 (120) * 2^-9
+  (Array([7, 7], dtype=uint8), Array([[120]], dtype=uint8))
+  >>> ts
+  Array(0.00195312, dtype=float32)
+  """
+  finish = finish or (lambda codes: codes)
   t = blockwise.tiles(x, block)
-  bmax = blockwise.tile_amax(t)
-  bad = bmax >= bits_lib.INF
-  good_max = jnp.where(bad, U32(0), bmax)
-  bits = lax.bitcast_convert_type(t, U32)
-  sign = bits & U32(bits_lib.SIGN)
-  if tensor_scale == "te":
-    bs, enc, ts = _te_scales(good_max, jnp.max(good_max, initial=U32(0)))
-    y = f32.mul_into_narrow(t, blockwise.per_element(enc))
-  else:
-    bs, j = _pow2_scales(bmax)
-    ts = bits_lib.pow2_float(j)
-    # As jaxfp8.mx's nvfp4: x / 2^j exactly, then one division by the block
-    # scale; quotients below float32's normal range round to (signed) zero.
-    xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -j)
-    sv = blockwise.per_element(bs.astype(jnp.float32))
-    ym = lax.bitcast_convert_type(xs, jnp.float32) / jnp.where(
-        sv == 0, np.float32(1), sv)
-    ym = jnp.where((xs < 0x800000) | (sv == 0), np.float32(0), ym)
-    y = lax.bitcast_convert_type(lax.bitcast_convert_type(ym, U32) | sign,
-                                 jnp.float32)
-  # A block with NaN or Inf: codes +0 under the NaN scale, as jaxfp8's nvfp4.
-  y = jnp.where(blockwise.per_element(bad), np.float32(0), y)
   if rand is not None:
     rand = blockwise.tiles(rand, block)
-  codes = rounding_lib.round_to(y, ELEMENT, rounding=rounding, saturate=True,
-                                rand=rand)
-  bs = jnp.where(bad, jnp.asarray(np.nan, bs.dtype), bs)
-  return blockwise.untiles(codes, x.shape), bs, ts
+  bmax = _block_max(t, block)
+  bad = bmax >= bits_lib.INF
+
+  def done(codes, bad):
+    # A block with NaN or Inf: codes +0 under the NaN scale.
+    return finish(jnp.where(blockwise.per_element(bad), jnp.uint8(0), codes))
+
+  if tensor_scale == "te":
+    sc, enc, ts = _te_scales(jnp.where(bad, U32(0), bmax))
+    y = f32.mul_into_narrow(t, blockwise.per_element(enc))
+    codes = rounding_lib.round_to_codes(
+        jnp.where(blockwise.per_element(bad), np.float32(0), y), ELEMENT,
+        rounding=rounding, rand=rand)
+    sc = jnp.where(bad, jnp.uint8(_FORMAT.scale.nan_code), sc)
+    return done(codes, bad), sc, ts
+
+  sc, j = mx_scales.nv_scales(bmax, _FORMAT, scale_mode)
+  sv = blockwise.per_element(mx_scales.scale_values(sc, _FORMAT))
+
+  # x / 2^j exactly (|x| / 2^j <= 2688), then one division by the block
+  # scale; quotients below float32's normal range round to (signed) zero
+  # in e2m1 either way.
+  def exact(t, j, sv, rand):
+    bits = lax.bitcast_convert_type(t, U32)
+    xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -j)
+    ym = lax.bitcast_convert_type(lax.bitcast_convert_type(xs, jnp.float32)
+                                  / sv, U32)
+    ym = jnp.where((xs < 0x800000) | (sv == 0), U32(0), ym)
+    codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | ym,
+                                       _FORMAT, rounding=rounding, rand=rand)
+    return done(codes, jnp.isnan(sv[..., 0, :, 0]))
+
+  # Nearest even from j = nv_fast_min_exponent on: x / 2^j on the bits is
+  # exact where x and the quotient are normal, and where either is not the
+  # element rounds to zero anyway.
+  def fast(t, j, sv, rand):
+    del rand
+    bits = lax.bitcast_convert_type(t, U32)
+    mag = (bits & 0x7FFFFFFF).astype(I32)
+    xs = mag - (j << 23)
+    xs = jnp.where((mag >= 0x800000) & (xs >= 0x800000), xs, 0)
+    ym = lax.bitcast_convert_type(lax.bitcast_convert_type(xs, jnp.float32)
+                                  / sv, U32)
+    ym = jnp.where(sv == 0, U32(0), ym)
+    codes = elements_lib.fast_element_codes(
+        (bits & U32(bits_lib.SIGN)) | ym, jnp.zeros(sv.shape[:-1], I32),
+        _FORMAT)
+    return done(codes, jnp.isnan(sv[..., 0, :, 0]))
+
+  if rounding != "nearest":
+    codes = exact(t, j, sv, rand)
+  else:
+    codes = lax.cond(j >= mx_scales.nv_fast_min_exponent(_FORMAT), fast,
+                     exact, t, j, sv, rand)
+  return codes, sc, bits_lib.pow2_float(j)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _quantize(x, rand, block, tensor_scale: str, rounding: str):
-  return _quantize_jit(x, rand, block, tensor_scale, rounding)
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+def _quantize_jit(x, rand, block, tensor_scale: str, scale_mode: str,
+                  rounding: str):
+  as_elements = lambda codes: elements_lib.element_values(
+      codes, _FORMAT).astype(_FORMAT.element.dtype)
+  codes, sc, ts = quantize_tiles(x, rand, block, tensor_scale=tensor_scale,
+                                 scale_mode=scale_mode, rounding=rounding,
+                                 finish=as_elements)
+  return (blockwise.untiles(codes, x.shape),
+          lax.bitcast_convert_type(sc, _FORMAT.scale.dtype), ts)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _quantize(x, rand, block, tensor_scale: str, scale_mode: str,
+              rounding: str):
+  return _quantize_jit(x, rand, block, tensor_scale, scale_mode, rounding)
 
 
 @_quantize.defjvp
-def _quantize_jvp(block, tensor_scale, rounding, primals, tangents):
-  del block, tensor_scale, rounding, primals, tangents
+def _quantize_jvp(block, tensor_scale, scale_mode, rounding, primals,
+                  tangents):
+  del block, tensor_scale, scale_mode, rounding, primals, tangents
   raise TypeError(blockwise.NO_GRADIENT.format(fn="quantize"))
 
 
@@ -166,7 +251,8 @@ def check_block(block: Any, fn: str) -> tuple[int, int]:
 
 def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
              tensor_scale: TensorScale = "te", rounding: str = "nearest",
-             key: jax.Array | None = None
+             key: jax.Array | None = None,
+             scale_mode: mx_scales.ScaleMode | None = None
              ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Quantizes ``x`` (..., M, K) into NVFP4 with TE's two-level scales.
 
@@ -183,8 +269,13 @@ def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
       (jaxfp8's ``nvfp4`` format: a power-of-two tensor scale).
     rounding: ``"nearest"`` (ties to even) or ``"stochastic"`` (needs
       ``key``; up with probability equal to the fraction of the gap).
-    key: PRNG key for stochastic rounding (32 random bits per element);
-      ignored for nearest rounding.
+    key: PRNG key for stochastic rounding (32 random bits per element,
+      ``jax.random.bits(key, x.shape)``: the bits ``jaxfp8.mx.quantize``
+      draws); ignored for nearest rounding.
+    scale_mode: how block scales round into e4m3 under ``tensor_scale=
+      "pow2"``: ``"floor"`` (the default), ``"ceil"``, ``"rceil"`` or
+      ``"even"``, as in ``jaxfp8.mx.quantize``. ``"te"`` has its own rule
+      (nearest even) and takes None only.
 
   Returns:
     ``(codes, block_scales, tensor_scale)``: float4_e2m1fn codes of ``x``'s
@@ -195,8 +286,9 @@ def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
   Raises:
     TypeError: non-numeric ``x``, a bad ``block`` or ``key``; differentiating
       it (no gradient: the recipe core's custom VJP defines them).
-    ValueError: fewer than two axes, another block shape, tensor scale or
-      rounding; stochastic rounding without a key.
+    ValueError: fewer than two axes, another block shape, tensor scale,
+      scale mode or rounding; a scale mode with ``"te"``; stochastic
+      rounding without a key.
 
   >>> import jax.numpy as jnp
   >>> x = jnp.array([[6.0, 1.0, -0.3] + [0.0] * 13])
@@ -213,9 +305,15 @@ def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
   validate.check_choice(tensor_scale, TENSOR_SCALES, "tensor_scale", fn)
   validate.check_choice(rounding, rounding_lib.NEAREST_OR_STOCHASTIC,
                         "rounding", fn)
+  if tensor_scale == "te" and scale_mode is not None:
+    raise ValueError(f"`scale_mode` argument to `{fn}` is for "
+                     f"tensor_scale='pow2'; 'te' rounds its block scales by "
+                     f"its own rule, got scale_mode={scale_mode!r}")
+  scale_mode = "floor" if scale_mode is None else scale_mode
+  validate.check_choice(scale_mode, mx_scales.SCALE_MODES, "scale_mode", fn)
   x = blockwise.check_matrix(x, fn)
   rand = rounding_lib.stochastic_bits(rounding, key, x.shape, fn=fn)
-  return _quantize(x, rand, block, tensor_scale, rounding)
+  return _quantize(x, rand, block, tensor_scale, scale_mode, rounding)
 
 
 @functools.partial(jax.jit, static_argnums=(3,))
@@ -265,4 +363,4 @@ def dequantize(codes: Any, block_scales: Any, tensor_scale: Any, *,
 
 
 __all__ = ["BLOCKS", "ELEMENT", "SCALE", "TENSOR_SCALES", "check_block",
-           "dequantize", "quantize"]
+           "dequantize", "quantize", "quantize_tiles"]

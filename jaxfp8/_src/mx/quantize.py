@@ -6,7 +6,10 @@ scale codes, :func:`dequantize_blocks` turns them back into float32 values;
 :class:`~jaxfp8._src.mx.array.MXArray`. The pieces are the block scales
 (:mod:`jaxfp8._src.mx.scales`), the element codes
 (:mod:`jaxfp8._src.mx.elements`) and the packing (:mod:`jaxfp8._src.mx.pack`);
-this module cuts the array into blocks and puts them together.
+this module cuts the array into blocks and puts them together. nvfp4 goes
+through jaxfp8's one NVFP4 quantizer,
+:func:`jaxfp8._src.mx.nvfp4.quantize_tiles`, which the training recipes use
+too.
 
 Every step that touches a scale is integer arithmetic on float32 bit
 patterns (:mod:`jaxfp8._src.mx.bits`): XLA on CPU flushes float32 subnormals
@@ -27,6 +30,7 @@ import numpy as np
 
 from jaxfp8._src.mx import bits as bits_lib
 from jaxfp8._src.mx import elements as elements_lib
+from jaxfp8._src.mx import nvfp4
 from jaxfp8._src.mx import pack as mx_pack
 from jaxfp8._src.mx import scales as scales_lib
 from jaxfp8._src.mx import tuning
@@ -108,6 +112,8 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
                  rounding: str):
   amax = scales_lib.block_max(lax.bitcast_convert_type(xp, U32), block_size)
   xb = _blocks(xp, block_size)
+  if rand is not None:
+    rand = _blocks(rand, block_size)
   scales, k = scales_lib.e8m0_scales(amax, mx, mode)
   k_min = elements_lib.fast_min_exponent(mx)
 
@@ -135,45 +141,20 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
 
 def _quantize_nv(xp, rand, mx: MXFormat, block_size: int, mode: str,
                  rounding: str):
-  bmax = scales_lib.block_max(lax.bitcast_convert_type(xp, U32), block_size)
-  xb = _blocks(xp, block_size)
-  sc, j = scales_lib.nv_scales(bmax, mx, mode)
-  tensor_scale = bits_lib.pow2_float(j)
-  sv = scales_lib.scale_values(sc, mx)
-
-  # |x| / 2^j <= e2m1 max * e4m3 max (2688): exact except below float32's
-  # normal range, where the quotients by the scale round to zero either way
-  # (their sign is kept).
-  def exact(xb, j, sv, rand):
-    bad = jnp.isnan(sv)  # the NaN scale code (no flag array of its own)
-    bits = lax.bitcast_convert_type(xb, U32)
-    xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -j)
-    ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
-    ym = lax.bitcast_convert_type(ym, U32)
-    ym = jnp.where((xs < 0x800000) | (sv == 0)[..., None], U32(0), ym)
-    codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | ym, mx,
-                                   rounding=rounding, rand=rand)
-    return _nan_blocks(codes, bad, mx)
-
-  def fast(xb, j, sv, rand):
-    del rand
-    bad = jnp.isnan(sv)  # the NaN scale code
-    # x / 2^j on the bits: exact where x and the quotient are normal, zero
-    # where either is not (from nv_fast_min_exponent on, that is exact too).
-    bits = lax.bitcast_convert_type(xb, U32)
-    mag = (bits & 0x7FFFFFFF).astype(I32)
-    xs = mag - (j << 23)
-    xs = jnp.where((mag >= 0x800000) & (xs >= 0x800000), xs, 0)
-    ym = lax.bitcast_convert_type(xs, jnp.float32) / sv[..., None]
-    ym = lax.bitcast_convert_type(ym, U32)
-    ym = jnp.where((sv == 0)[..., None], U32(0), ym)
-    codes = elements_lib.fast_element_codes((bits & U32(bits_lib.SIGN)) | ym,
-                                        jnp.zeros(sv.shape, I32), mx)
-    return _nan_blocks(codes, bad, mx)
-
-  fast_ok = j >= scales_lib.nv_fast_min_exponent(mx)
-  codes = _one_of(fast_ok, fast, exact, rounding, xb, j, sv, rand)
-  return _storage(codes, mx), sc, tensor_scale
+  # NVFP4's one quantizer, in tiles of 1 x block_size over xp's rows; the
+  # codes are packed in its branches, as _nan_blocks packs the MX ones.
+  rows = xp.reshape(1, -1) if xp.ndim == 1 else xp
+  if rand is not None:
+    rand = rand.reshape(rows.shape)
+  finish = ((lambda codes: mx_pack.pack_groups(codes, mx.bits))
+            if _groups_in_branch(mx) else None)
+  groups, sc, tensor_scale = nvfp4.quantize_tiles(
+      rows, rand, (1, block_size), tensor_scale="pow2", scale_mode=mode,
+      rounding=rounding, finish=finish)
+  n_blocks = xp.shape[-1] // block_size
+  groups = groups.reshape(*xp.shape[:-1], n_blocks, groups.shape[-1])
+  return (_storage(groups, mx), sc.reshape(*xp.shape[:-1], n_blocks),
+          tensor_scale)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
@@ -182,7 +163,7 @@ def _quantize_jit(x, rand, fmt_name: str, block_size: int, axis: int,
   mx = get_format(fmt_name)
   xp = _padded(x, axis, block_size)
   if rand is not None:
-    rand = _blocks(_padded(rand, axis, block_size), block_size)
+    rand = _padded(rand, axis, block_size)
   quantize = _quantize_mx if mx.power_of_two_scales else _quantize_nv
   data, scales, tensor_scale = quantize(xp, rand, mx, block_size, mode,
                                         rounding)
