@@ -29,7 +29,7 @@ from jax import lax
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
-from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics.cast import cast
 from jaxfp8._src.numerics.rounding import operand_float32
 from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.mx import blockwise
@@ -58,19 +58,21 @@ def scaler(q: Quantizer, state: Any = None):
 
 
 def quantize_tensor(x32: jax.Array, q: Quantizer, state: Any = None):
-  """``(codes, scale)`` of float32 ``x32``: ``cast(x32 / scale)`` with the
-  scale of :func:`scaler` (``scaling.divide`` keeps subnormal operands).
-  A ``"cast"`` quantizer gives its rounded values and scale None."""
+  """``(codes, scale)`` of float32 ``x32`` by the one per-tensor quantizer,
+  the ``quantize`` of :func:`scaler`'s object: ``cast(x32 / scale)``
+  (``scaling.divide`` keeps subnormal operands). A ``"cast"`` quantizer
+  gives ``cast(x32, format)`` and scale None."""
   if q.kind == "cast":
-    return rounding.round_to(x32, q.format), None
-  scale = scaler(q, state).scale_for(x32)
-  return rounding.round_to(scaling.divide(x32, scale), q.format), scale
+    return cast(x32, q.format), None
+  return scaler(q, state).quantize(x32)
 
 
 def dequantize_elementwise(codes: Any, scale: Optional[jax.Array]):
-  """float32 values of :func:`quantize_tensor`'s result, exact."""
-  values = decode(codes, jnp.float32)
-  return values if scale is None else values * scale
+  """float32 values of :func:`quantize_tensor`'s result, exact: the
+  scaling objects' own ``dequantize`` where there is a scale."""
+  if scale is None:
+    return decode(codes, jnp.float32)
+  return scaling.dequantize(codes, scale)
 
 
 def next_state(x32: jax.Array, state: Any) -> Any:

@@ -1,0 +1,91 @@
+"""The recipes' per-tensor operands go through the one per-tensor quantizer,
+``jaxfp8.policy`` scaling's own ``quantize``: bit for bit what the recipes
+computed before (``round_to(scaling.divide(x, scale), format)``), for every
+format a ``"tensor"`` or ``"cast"`` quantizer takes, eager and under jit."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxfp8._src.fp8 import scaling
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding
+from jaxfp8._src.numerics.codes import CodeArray
+from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.recipes import operand
+from jaxfp8._src.recipes.spec import Quantizer
+
+# Every signed narrow format (kind "tensor"), float6 and float4 included.
+TENSOR_FORMATS = [f.name for f in formats.all_formats()
+                  if f.narrow and f.signed]
+# Kind "cast" takes every format but float32 (bfloat16, E8M0 too).
+CAST_FORMATS = [f.name for f in formats.all_formats() if f.name != "float32"]
+
+
+def _special(scale=1.0):
+  """Zeros, subnormals, +-max of the wide formats, NaN, Inf, a spread."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal(64) * 2.0 ** rng.integers(-20, 10, 64)
+  x[:12] = [0.0, -0.0, 1e-45, -3e-39, 448.0, -57344.0, 6.0, 7.5, 1e30,
+            -1e-30, 2.0**-9, 0.5]
+  with np.errstate(over="ignore"):
+    return (x * scale).astype(np.float32)
+
+
+def _bits(a):
+  """Codes of a narrow result (native or CodeArray), bits of a wide one."""
+  if isinstance(a, CodeArray):
+    return np.asarray(a.codes)
+  a = np.asarray(a)
+  return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+
+
+def _before(x32, q, state=None):
+  """The recipes' per-tensor rule before it went through the scaling
+  objects' quantize."""
+  if q.kind == "cast":
+    return rounding.round_to(x32, q.format), None
+  scale = operand.scaler(q, state).scale_for(x32)
+  return rounding.round_to(scaling.divide(x32, scale), q.format), scale
+
+
+def _check(x32, q, state=None):
+  for run in (lambda f, *a: f(*a), lambda f, *a: jax.jit(f)(*a)):
+    got = run(lambda x, s: operand.quantize_tensor(x, q, s), x32, state)
+    want = run(lambda x, s: _before(x, q, s), x32, state)
+    np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))
+    if want[1] is None:
+      assert got[1] is None
+    else:
+      assert np.asarray(got[1]).view(np.uint32) == np.asarray(
+          want[1]).view(np.uint32)
+      np.testing.assert_array_equal(
+          _bits(operand.dequantize_elementwise(*got)),
+          _bits(decode(want[0], jnp.float32) * want[1]))
+
+
+@pytest.mark.parametrize("scale_kind", ["float32", "pow2"])
+@pytest.mark.parametrize("size", ["unit", "subnormal", "nan"])
+@pytest.mark.parametrize("fmt", TENSOR_FORMATS)
+def test_current_scaling_is_the_scaling_objects_quantize(fmt, size,
+                                                         scale_kind):
+  x = _special({"unit": 1.0, "subnormal": 1e-40, "nan": 1.0}[size])
+  if size == "nan":
+    x[5] = np.nan
+  _check(jnp.asarray(x), Quantizer("tensor", fmt, scale=scale_kind,
+                                   margin=1))
+
+
+@pytest.mark.parametrize("fmt", TENSOR_FORMATS)
+def test_delayed_scaling_is_the_scaling_objects_quantize(fmt):
+  state = scaling.DelayedScaling.create(fmt, history_length=2).update(
+      jnp.float32(3.0))
+  _check(jnp.asarray(_special()), Quantizer("tensor", fmt, delayed=True),
+         state)
+
+
+@pytest.mark.parametrize("fmt", CAST_FORMATS)
+def test_cast_is_the_one_cast(fmt):
+  _check(jnp.asarray(_special()), Quantizer("cast", fmt))
