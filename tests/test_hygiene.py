@@ -4,8 +4,10 @@
   commit and give no time of day: a page holds one current table with its
   date, machine and versions; the history of runs is the log's.
 - No dated paragraph in those pages: a date stands only in a table, a
-  heading, or a caption (a paragraph directly above the table or code block
-  it dates); dated narrative goes to the log.
+  heading, or a caption: a paragraph directly above the table or code block
+  it dates, holding the date as a label (``2026-12-02, Zen 3:`` or
+  ``(2026-12-02, CPU)``, the date followed by a comma or a parenthesis), not
+  in a sentence (``On 2026-12-02 we ...``); dated narrative goes to the log.
 - No comment or docstring under ``jaxfp8/`` (the bench tools aside) carries a
   date or a millisecond timing: comments say why; measured figures, with their
   date and machine, go to docs/benchmarks/log.md.
@@ -26,6 +28,8 @@ USER_DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 TIME_OF_DAY = re.compile(r"\b([01]?\d|2[0-3]):[0-5]\d(:[0-5]\d)?\b")
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+# A date as a caption's label: "2026-12-02, Zen 3" or "(2026-12-02)".
+DATE_LABEL = re.compile(DATE.pattern + r"[,)]")
 # A timing: "9.0 ms", "13 ns per word", or the unit alone ("ms at 4096").
 TIMING = re.compile(r"\d\s*(ms|ns|us|µs)\b|\bms\b")
 SOURCES = sorted(p for p in (ROOT / "jaxfp8").rglob("*.py")
@@ -87,21 +91,33 @@ def _blocks(text: str) -> list[tuple[str, int, str]]:
   return blocks
 
 
+def _is_caption(blocks, i: int) -> bool:
+  """Block ``i`` directly precedes a table or code block and labels it with
+  its dates (each followed by a comma or a parenthesis)."""
+  body = blocks[i][2]
+  return (i + 1 < len(blocks) and blocks[i + 1][0] in ("table", "code")
+          and len(DATE.findall(body)) == len(DATE_LABEL.findall(body)))
+
+
 def _dated_paragraphs(text: str) -> list[str]:
-  """Prose paragraphs holding a date that caption no table or code block."""
+  """Prose paragraphs holding a date that are no caption of a table or
+  code block."""
   blocks = _blocks(text)
   return [f"line {line}: {body[:100]}"
           for i, (kind, line, body) in enumerate(blocks)
           if kind == "prose" and DATE.search(body)
-          and (i + 1 == len(blocks) or blocks[i + 1][0] not in ("table",
-                                                                 "code"))]
+          and not _is_caption(blocks, i)]
 
 
 def test_the_dated_paragraph_check_sees_one():
   page = ("# Speed\n\n2026-12-02, Zen 3:\n\n| a | b |\n|---|---|\n\n"
-          "On 2026-12-03 we made it faster.\n\nNo date here.\n")
+          "On 2026-12-03 we made it faster.\n\nNo date here.\n\n"
+          "Its output (2026-12-04, CPU):\n\n```\nloss=1\n```\n\n"
+          "On 2026-12-05 we ran it again:\n\n| a |\n|---|\n\n"
+          "## 2026-12-06\n\n| a |\n|---|\n")
   assert _dated_paragraphs(page) == [
-      "line 8: On 2026-12-03 we made it faster."]
+      "line 8: On 2026-12-03 we made it faster.",
+      "line 18: On 2026-12-05 we ran it again:"]
 
 
 @pytest.mark.parametrize("path", USER_DOCS, ids=lambda p: p.name)
