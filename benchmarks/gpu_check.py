@@ -88,7 +88,7 @@ import numpy as np
 import jaxfp8
 from jaxfp8 import ops
 from jaxfp8._src.kernels.mx_matmul import triton as mx_matmul_lib
-from jaxfp8._src.kernels import mosaic_common as mgpu_common
+from jaxfp8._src.kernels import mosaic_gpu_common as mgpu_common
 from jaxfp8._src.mx import blockwise
 
 F32, BF16 = jnp.float32, jnp.bfloat16

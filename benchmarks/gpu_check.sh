@@ -27,7 +27,8 @@ END=$((SECONDS + 350))
 # on the path itself (the float64 references, tests/kernel_reference.py).
 # The Mosaic tests come first: they test what the library runs on Hopper.
 TESTS=()
-for t in tests/kernels/test_mosaic_gpu_kernels.py tests/kernels/test_triton_kernels.py; do
+for t in tests/kernels/*/test_*_mosaic_gpu.py tests/kernels/*/test_*_triton.py \
+    tests/kernels/*/test_*_api.py; do
   [ -f "$t" ] && TESTS+=("$t")
 done
 TESTS_TIMEOUT=${TESTS_TIMEOUT:-120}

@@ -3,12 +3,23 @@
 Every kernel result is compared with the float64 product of the dequantized
 operands: elementwise within ``rtol * (|a| @ |b|.T)`` (the float32
 accumulation bound) plus the output's own rounding (bf16: 2^-8 relative),
-and, for float32 outputs, norm-wise within ``rtol``.
+and, for float32 outputs, norm-wise within ``rtol``. The skips of the
+compiled and interpreted test classes, and the CUDA lowering without a GPU,
+are here too: every op's tests share them.
 """
 from __future__ import annotations
 
+import re
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+
+from jaxfp8._src import compat
+from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels import mosaic_gpu_common
+from jaxfp8._src.kernels import triton_common
 
 TINY = 2.0**-126  # float32 results below this may be flushed on CPU
 
@@ -45,3 +56,64 @@ def check(out, ref, bound, out_dtype, *, rtol: float = 1e-5) -> None:
   if np.dtype(out_dtype) == np.float32 and np.linalg.norm(ref) > 0:
     rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert rel < rtol, rel
+
+
+# -- where a kernel runs: the skips of the compiled and interpreted classes ----
+
+def skip_unless_triton_gpu() -> None:
+  """Skips unless the Triton kernels compile here (a GPU, cc >= 8.9)."""
+  if jax.default_backend() == "cpu":
+    pytest.skip("compiled Pallas kernels need a GPU")
+  cc = common.gpu_compute_capability()
+  if cc is not None and cc < triton_common.MIN_COMPUTE_CAPABILITY:
+    pytest.skip(f"fp8 Triton dots need compute capability >= 8.9, this "
+                f"GPU has {cc / 10:.1f}")
+
+
+def skip_unless_cpu() -> None:
+  """Skips on a GPU, where the compiled classes cover what the
+  interpreted ones would only repeat, slowly."""
+  if jax.default_backend() != "cpu":
+    pytest.skip("interpreted on CPU; the compiled tests cover this backend")
+
+
+def skip_unless_hopper() -> None:
+  """Skips unless the Mosaic GPU kernels compile here (cc 9.x)."""
+  if jax.default_backend() != "gpu":
+    pytest.skip("compiled Mosaic GPU kernels need a GPU")
+  cc = common.gpu_compute_capability()
+  if not mosaic_gpu_common.is_hopper(cc):
+    pytest.skip(f"the kernels' wgmma needs compute capability 9.x "
+                f"(Hopper), this GPU has {cc}")
+
+
+def skip_unless_mosaic_interpreter() -> None:
+  """Skips where JAX has no Mosaic GPU interpreter (before 0.11), or on a
+  GPU."""
+  if compat.mosaic_gpu_interpret_params() is None:
+    pytest.skip(f"JAX {jax.__version__} has no Mosaic GPU interpreter "
+                "(JAX >= 0.11 ships it)")
+  if jax.default_backend() == "gpu":
+    pytest.skip("interpreted on CPU; the compiled tests cover this GPU")
+
+
+# -- lowering for CUDA without a GPU -------------------------------------------
+
+def lowered_mosaic_gpu(f, *args) -> str:
+  """The CUDA lowering of ``jit(f)`` (Mosaic GPU kernels), as text."""
+  with compat.gpu_lowering_target():
+    return jax.jit(f).trace(*args).lower(
+        lowering_platforms=("cuda",)).as_text()
+
+
+def lowered_triton(f, *args) -> str:
+  """The CUDA lowering of ``jit(f)`` (Triton kernels), as text."""
+  with compat.gpu_lowering_target(), triton_common.quiet_triton_deprecation(
+      "compiled"):
+    lowered = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))
+  return lowered.as_text()
+
+
+def triton_calls(text: str) -> list[str]:
+  """The Triton custom calls of a lowering."""
+  return re.findall(r"custom_call @\S*triton\S* .*", text)

@@ -73,7 +73,7 @@ def test_mosaic_gpu_kernel_takes_the_keywords_the_shim_passes():
 def test_mosaic_gpu_mixed_fp8_is_what_wgmma_takes():
   """The mixed e4m3 x e5m2 kernel lowers for CUDA exactly where the shim
   says wgmma takes the pair."""
-  from jaxfp8._src.kernels import mosaic_common as common  # pylint: disable=g-import-not-at-top
+  from jaxfp8._src.kernels import mosaic_gpu_common as common  # pylint: disable=g-import-not-at-top
   from jaxfp8._src.kernels.scaled_matmul import mosaic_gpu as scaled_matmul  # pylint: disable=g-import-not-at-top
   jnp = jax.numpy
   s = jax.ShapeDtypeStruct

@@ -9,7 +9,7 @@ per square tile, shape (ceil(N / 128), ceil(K / 128)). That is what
 :func:`jaxfp8._src.mx.blockwise.quantize` gives, and what the
 ``"fp8_blockwise"`` recipe's GEMMs multiply.
 
-The block-scaled kernel (:mod:`jaxfp8._src.kernels.block_scaled`)
+The block-scaled kernel (:mod:`jaxfp8._src.kernels.block_scaled_mosaic_gpu`)
 keeps the operands fp8 into the tensor cores and multiplies each 128-long K
 block's float32 partial sum by ``a_scale[i] * b_scale[j]`` in registers, as
 DeepSeek-V3's GEMM promotes (a tile scale is the column factor of every
@@ -24,13 +24,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src.kernels import block_scaled
-from jaxfp8._src.kernels import mosaic_common as common
+from jaxfp8._src.kernels import block_scaled_mosaic_gpu as block_scaled
+from jaxfp8._src.kernels import mosaic_gpu_common as common
+from jaxfp8._src.kernels.blockwise_matmul import reference as reference_lib
 
-from jaxfp8._src.kernels.blockwise_matmul.reference import BLOCK_K
-from jaxfp8._src.kernels.blockwise_matmul.reference import checked
-from jaxfp8._src.kernels.blockwise_matmul.reference import per_row
-from jaxfp8._src.kernels.blockwise_matmul.reference import reference
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
@@ -38,12 +35,12 @@ from jaxfp8._src.kernels.blockwise_matmul.reference import reference
 def _blockwise_matmul(a, a_scales, b, b_scales, *, out_dtype, mode: str,
                       tiles: common.Tiles, a_block, b_block):
   if mode == "reference":
-    return reference(a, a_scales, b, b_scales, out_dtype=out_dtype,
+    return reference_lib.reference(a, a_scales, b, b_scales, out_dtype=out_dtype,
                       a_block=a_block, b_block=b_block)
   return block_scaled.gemm(
-      a, b, per_row(a_scales, a.shape[0], a_block),
-      per_row(b_scales, b.shape[0], b_block), jnp.ones((2,), jnp.float32),
-      out_dtype=out_dtype, mode=mode, tiles=tiles, scale_block=BLOCK_K)
+      a, b, reference_lib.per_row(a_scales, a.shape[0], a_block),
+      reference_lib.per_row(b_scales, b.shape[0], b_block), jnp.ones((2,), jnp.float32),
+      out_dtype=out_dtype, mode=mode, tiles=tiles, scale_block=reference_lib.BLOCK_K)
 
 
 def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
@@ -107,13 +104,13 @@ def blockwise_matmul(a: jax.Array, a_scales: jax.Array, b: jax.Array,
       common.check_pair_dtypes(a.dtype, b.dtype, fn)
     tiles = common.choose_tiles(
         a.shape[0], b.shape[0], a.shape[1], fn=fn, max_block_m=64,
-        block_m=block_m, block_n=block_n, block_k=BLOCK_K,
-        max_concurrent_steps=max_concurrent_steps, k_multiple=BLOCK_K,
+        block_m=block_m, block_n=block_n, block_k=reference_lib.BLOCK_K,
+        max_concurrent_steps=max_concurrent_steps, k_multiple=reference_lib.BLOCK_K,
         out_itemsize=out_dtype.itemsize,
-        step_bytes=block_scaled.step_bytes(BLOCK_K))
+        step_bytes=block_scaled.step_bytes(reference_lib.BLOCK_K))
     return _blockwise_matmul(a, a_scales, b, b_scales, out_dtype=out_dtype,
                              mode=mode, tiles=tiles, a_block=a_block,
                              b_block=b_block)
 
-  return checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
+  return reference_lib.checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn,
                   run)

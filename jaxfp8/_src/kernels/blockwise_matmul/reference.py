@@ -1,6 +1,11 @@
 """The reference of the fp8 blockwise matmul (1x128 / 128x128 blocks with
 float32 decode scales, as :func:`jaxfp8._src.mx.blockwise.quantize` gives
 them) and the argument checks its kernel shares.
+
+The blocks are the quantizer's own: the scales' shape is its
+:func:`~jaxfp8._src.mx.blockwise.block_grid` and K is cut into blocks by its
+:func:`~jaxfp8._src.mx.blockwise.tiles`, so the GEMM and the quantizer can't
+disagree on a ragged edge.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxfp8._src.kernels import common as triton_common
+from jaxfp8._src.kernels import common as shared
+from jaxfp8._src.mx import blockwise
 
 
 # The scale block along K, and the operand blocks the GEMM takes.
@@ -34,10 +40,10 @@ def per_row(scales: jax.Array, rows: int, block: tuple[int, int]):
 def reference(a, a_scales, b, b_scales, *, out_dtype, a_block, b_block):
   m, n, k = a.shape[0], b.shape[0], a.shape[1]
   nkb = -(-k // BLOCK_K)
-  kp = nkb * BLOCK_K
-  av = triton_common.pad_to(a.astype(jnp.float32), (1, kp)).reshape(
+  # (rows, 1, K blocks, BLOCK_K) tiles of one row each, zero-padded along K
+  av = blockwise.tiles(a.astype(jnp.float32), (1, BLOCK_K)).reshape(
       m, nkb, BLOCK_K)
-  bv = triton_common.pad_to(b.astype(jnp.float32), (1, kp)).reshape(
+  bv = blockwise.tiles(b.astype(jnp.float32), (1, BLOCK_K)).reshape(
       n, nkb, BLOCK_K)
   sa, sb = per_row(a_scales, m, a_block), per_row(b_scales, n, b_block)
   partial = lax.dot_general(av, bv, (((2,), (2,)), ((1,), (1,))),
@@ -66,7 +72,7 @@ def check_block(block: Any, arg: str, fn: str) -> tuple[int, int]:
 
 
 def check_scales(s: Any, rows: int, k: int, block, arg: str, fn: str):
-  expect = (-(-rows // block[0]), -(-k // BLOCK_K))
+  expect = blockwise.block_grid((rows, k), block)
   dtype = getattr(s, "dtype", None)
   if dtype is None or np.dtype(dtype) != np.float32:
     raise TypeError(f"`{arg}` argument to `{fn}` must be a float32 array, "
@@ -109,13 +115,13 @@ def blockwise_matmul_reference(a: jax.Array, a_scales: jax.Array,
 
 
 def checked(a, a_scales, b, b_scales, a_block, b_block, out_dtype, fn, run):
-  a, b = triton_common.check_fp8_pair(a, b, fn)
+  a, b = shared.check_fp8_pair(a, b, fn)
   a_block = check_block(a_block, "a_block", fn)
   b_block = check_block(b_block, "b_block", fn)
   k = a.shape[1]
   a_scales = check_scales(a_scales, a.shape[0], k, a_block, "a_scales", fn)
   b_scales = check_scales(b_scales, b.shape[0], k, b_block, "b_scales", fn)
-  out_dtype = triton_common.check_out_dtype(out_dtype, fn)
+  out_dtype = shared.check_out_dtype(out_dtype, fn)
   if 0 in (a.shape[0], b.shape[0], k):
     return jnp.zeros((a.shape[0], b.shape[0]), out_dtype)
   return run(a, a_scales, b, b_scales, out_dtype=out_dtype, a_block=a_block,

@@ -1,20 +1,30 @@
-"""The MX matmul's dispatch: which backend multiplies two MX operands
-(:func:`mx_backend`) and running it on MXArrays (:func:`mx_gemm`).
+"""The MX matmul's public entry: its dispatch (:func:`mx_matmul_dispatch`,
+``implementation=``), and the choice (:func:`mx_backend`) and batched run
+(:func:`mx_gemm`) the training recipes call with their ``backend=``.
 
-A pure function of platform, compute capability, format and block size: the
-Mosaic GPU kernel for mxfp8 on compute capability 9.x (Hopper), else the
-exact dequantize-and-dot; the Triton kernel and ``lax.scaled_dot`` only when
-named.
+Both are pure functions of platform, compute capability, format and block
+size: the Mosaic GPU kernel for mxfp8 on compute capability 9.x (Hopper),
+else the exact dequantize-and-dot (``"xla"`` to the dispatch,
+``"dequantize"`` to the recipes); the Triton kernel and ``lax.scaled_dot``
+only when named. The dispatch picks through
+:mod:`jaxfp8._src.kernels.implementation`, which logs each implementation
+it passes over and why.
 """
 from __future__ import annotations
 
+import functools
+import logging
+from typing import Any, Optional
 
 import jax
 from jax import lax
 import jax.numpy as jnp
 
-from jaxfp8._src.kernels import block_scaled
-from jaxfp8._src.kernels import mosaic_common
+from jaxfp8._src.kernels import block_scaled_mosaic_gpu as block_scaled
+from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels import implementation as implementation_lib
+from jaxfp8._src.kernels import mosaic_gpu_common
+from jaxfp8._src.kernels import triton_common
 from jaxfp8._src.kernels.mx_matmul import mosaic_gpu as mx_mosaic_gpu
 from jaxfp8._src.kernels.mx_matmul import reference as mx_reference
 from jaxfp8._src.kernels.mx_matmul import triton as mx_triton
@@ -22,6 +32,8 @@ from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.mx import matmul as mx_dot
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.numerics import validate
+
+log = logging.getLogger(__name__)
 
 
 # "pallas" is the Triton kernel's name from before the Mosaic GPU kernels.
@@ -86,7 +98,7 @@ def mx_backend(platform: str, fmt: str, *, block_size: int,
   """
   validate.check_choice(backend, MX_BACKENDS, "backend", fn)
   if backend == "auto":
-    return ("mosaic" if mosaic_common.hopper(platform, compute_capability)
+    return ("mosaic" if mosaic_gpu_common.hopper(platform, compute_capability)
             and _why_not("mosaic", fmt, block_size) is None else "dequantize")
   why = _why_not(backend, fmt, block_size)
   if why is not None:
@@ -125,3 +137,104 @@ def mx_gemm(a: mx_lib.MXArray, b: mx_lib.MXArray, *, backend: str,
     # lax.map: a Mosaic GPU kernel has no batching rule to vmap it by.
     return lax.map(lambda xs: one(*xs), (a.data, a.scales, b.data, b.scales))
   return jax.vmap(one)(a.data, a.scales, b.data, b.scales)
+
+
+def _impl_why_not(implementation: str, a: mx_lib.MXArray, b: mx_lib.MXArray,
+                  widen: bool, interpret: Optional[bool], fn: str
+                  ) -> Optional[str]:
+  """Why ``implementation`` can't multiply ``a`` and ``b``, or None."""
+  if implementation == "xla":
+    return None
+  backend = "mosaic" if implementation == "mosaic_gpu" else "triton"
+  for fmt in dict.fromkeys((a.fmt.name, b.fmt.name)):
+    why = _why_not(backend, fmt, a.block_size)
+    if why is not None:
+      return why
+  if implementation == "triton":
+    return implementation_lib.mode_reason(
+        lambda: triton_common.resolve_mode(interpret, fn),
+        "a GPU of compute capability >= 8.9")
+  if widen:
+    return ("precision=HIGHEST widens the fp8 tiles to bfloat16, which only "
+            "the Triton kernel does")
+  if not mosaic_gpu_common.takes_pair(a.data.dtype, b.data.dtype):
+    return (f"this JAX's wgmma takes no mixed pair ({a.fmt.name} and "
+            f"{b.fmt.name}); JAX >= 0.12 does")
+  return implementation_lib.mode_reason(
+      lambda: mosaic_gpu_common.resolve_mode(interpret, fn),
+      "a GPU of compute capability 9.x (Hopper)")
+
+
+def mx_matmul_dispatch(
+    a: mx_lib.MXArray, b: mx_lib.MXArray, *, out_dtype: Any = jnp.bfloat16,
+    precision: Any = None,
+    implementation: Optional[implementation_lib.Implementation] = None,
+    interpret: Optional[bool] = None) -> jax.Array:
+  """MX ``a @ b.T`` for MXArrays blocked along K, by the implementation
+  asked for.
+
+  Args:
+    a: (M, K) :class:`jaxfp8.mx.MXArray` of any MX format, blocked along K
+      (``quantize(x, fmt, axis=-1)``).
+    b: (N, K) MXArray blocked along K with the same block size (the
+      transposed right operand).
+    out_dtype: bfloat16 (default), float16 or float32.
+    precision: as ``lax.dot_general`` takes it; HIGHEST widens the fp8
+      tiles to bfloat16 in the Triton kernel (the Mosaic GPU kernel can't).
+    implementation: ``"xla"`` (both operands dequantized exactly, a float32
+      dot at HIGHEST precision: every MX format), ``"triton"``
+      (:func:`jaxfp8.ops.mx_matmul`: mxfp8, blocks a power of two >= 32),
+      ``"mosaic_gpu"`` (:func:`jaxfp8.ops.mx_matmul_mgpu`: mxfp8, blocks of
+      32, 64 or 128), or None (default): the Mosaic GPU kernel where it runs
+      (compute capability 9.x, or its interpreter with ``interpret=True``),
+      else the Triton kernel where a kernel is asked for (``interpret`` not
+      None), else XLA; each one passed over is logged at DEBUG level with
+      the reason.
+    interpret: the kernels' (True: Pallas' interpreter, on CPU too; False:
+      compiled only; None: compiled where the hardware allows).
+
+  Returns:
+    The (M, N) product in ``out_dtype``.
+
+  Raises:
+    TypeError, ValueError: malformed operands or arguments.
+    NotImplementedError: ``implementation`` (or, for None with
+      ``interpret=False``, every kernel) can't run the case: the message
+      names the implementation and the reason.
+
+  >>> import jax.numpy as jnp, jaxfp8
+  >>> a = jaxfp8.mx.quantize(jnp.full((2, 64), 3.0), "mxfp4_e2m1")
+  >>> b = jaxfp8.mx.quantize(jnp.full((1, 64), 0.5), "mxfp4_e2m1")
+  >>> mx_matmul_dispatch(a, b, out_dtype=jnp.float32)
+  Array([[96.],
+         [96.]], dtype=float32)
+  >>> mx_matmul_dispatch(a, b, implementation="triton", interpret=True)
+  Traceback (most recent call last):
+  ...
+  NotImplementedError: `mx_matmul_dispatch` with implementation='triton' can't run this case: the Triton mx_matmul reads mxfp8_e4m3 and mxfp8_e5m2 elements only, not mxfp4_e2m1. ...
+  """
+  fn = "mx_matmul_dispatch"
+  implementation_lib.check(implementation, interpret, fn)
+  mx_reference.check_pair(a, b, fn, fp8_only=False)
+  widen = common.widen_to_bf16(precision, fn)
+  chosen = implementation_lib.choose(
+      implementation,
+      lambda i: _impl_why_not(i, a, b, widen, interpret, fn),
+      interpret=interpret, available=implementation_lib.IMPLEMENTATIONS,
+      fn=fn, log=log)
+  if chosen == "mosaic_gpu":
+    return mx_mosaic_gpu.mx_matmul_mgpu(a, b, out_dtype=out_dtype,
+                                        interpret=interpret)
+  if chosen == "triton":
+    return mx_triton.mx_matmul(a, b, out_dtype=out_dtype, interpret=interpret,
+                               precision=precision)
+  out_dtype = common.check_out_dtype(out_dtype, fn)
+  return _dequantized(a, b, out_dtype=out_dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("out_dtype",))
+def _dequantized(a, b, *, out_dtype):
+  """The exact dequantize-and-dot: every MX format."""
+  return lax.dot_general(a.dequantize(), b.dequantize(), common.CONTRACT_K,
+                         precision=lax.Precision.HIGHEST,
+                         preferred_element_type=jnp.float32).astype(out_dtype)

@@ -4,7 +4,7 @@
 (e4m3 or e5m2 elements, mixed allowed), each run of 32 (the block size)
 elements along K sharing one E8M0 scale ``2^(code - 127)``. The operands stay
 fp8 into the tensor cores; the block-scaled kernel
-(:mod:`jaxfp8._src.kernels.block_scaled`) multiplies each K block's
+(:mod:`jaxfp8._src.kernels.block_scaled_mosaic_gpu`) multiplies each K block's
 float32 partial sum by its row and column scales in registers: the only
 MXFP8 GEMM that keeps fp8 operands on Hopper, which has no block-scaled MMA
 (``jax.nn.scaled_matmul`` dequantizes there).
@@ -30,10 +30,10 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
-from jaxfp8._src.kernels import common as triton_common
+from jaxfp8._src.kernels import common as shared
 from jaxfp8._src.kernels.mx_matmul import reference as mx_lib
-from jaxfp8._src.kernels import block_scaled
-from jaxfp8._src.kernels import mosaic_common as common
+from jaxfp8._src.kernels import block_scaled_mosaic_gpu as block_scaled
+from jaxfp8._src.kernels import mosaic_gpu_common as common
 from jaxfp8._src.mx import array as mx_array
 
 _NAN_CODE = 255
@@ -120,7 +120,7 @@ def mx_matmul_mgpu(a: mx_array.MXArray, b: mx_array.MXArray, *,
   """
   fn = "mx_matmul_mgpu"
   mx_lib.check_pair(a, b, fn)
-  out_dtype = triton_common.check_out_dtype(out_dtype, fn)
+  out_dtype = shared.check_out_dtype(out_dtype, fn)
   mode = common.resolve_mode(interpret, fn)
   bs = a.block_size
   if mode != "reference":

@@ -142,12 +142,15 @@ def reference(a_data, a_codes, b_data, b_codes, *, out_dtype, block_size):
   return acc.astype(out_dtype)
 
 
-def check_pair(a: Any, b: Any, fn: str) -> None:
+def check_pair(a: Any, b: Any, fn: str, *,
+               fp8_only: bool = True) -> None:
+  """Raises unless ``a`` (M, K) and ``b`` (N, K) are MXArrays blocked along
+  K with one K and block size (and, with ``fp8_only``, mxfp8 elements)."""
   for x, arg in ((a, "a"), (b, "b")):
     if not isinstance(x, mx_lib.MXArray):
       raise TypeError(f"`{arg}` argument to `{fn}` must be a jaxfp8.mx.MXArray "
                       f"(from jaxfp8.mx.quantize), got {type(x).__name__}")
-    if x.fmt.name not in MXFP8_FORMATS:
+    if fp8_only and x.fmt.name not in MXFP8_FORMATS:
       raise NotImplementedError(
           f"`{arg}` argument to `{fn}` is {x.fmt.name}: only "
           f"{' and '.join(MXFP8_FORMATS)} elements are read by fp8 tensor "

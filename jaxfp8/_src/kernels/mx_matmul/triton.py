@@ -41,14 +41,10 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels import triton_common
 from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.kernels.mx_matmul import reference as reference_lib
 
-from jaxfp8._src.kernels.mx_matmul.reference import check_pair
-from jaxfp8._src.kernels.mx_matmul.reference import exact_block_scale
-from jaxfp8._src.kernels.mx_matmul.reference import fast_plan
-from jaxfp8._src.kernels.mx_matmul.reference import NAN_CODE
-from jaxfp8._src.kernels.mx_matmul.reference import pow2
-from jaxfp8._src.kernels.mx_matmul.reference import reference
 
 
 # Default tiles. Each K block needs a second float32 tile (the partial sum)
@@ -78,10 +74,10 @@ def _kernel(a_ref, b_ref, ca_ref, cb_ref, shift_ref, unshift_ref, o_ref, *,
       ca = ca_ref[kb, :].astype(jnp.int32)
       cb = cb_ref[kb, :].astype(jnp.int32)
       if exact:
-        acc = acc + exact_block_scale(partial, ca, cb)
+        acc = acc + reference_lib.exact_block_scale(partial, ca, cb)
       else:
-        fa = pow2(ca + shift_ref[0], ca == NAN_CODE)
-        fb = pow2(cb + shift_ref[1], cb == NAN_CODE)
+        fa = reference_lib.pow2(ca + shift_ref[0], ca == reference_lib.NAN_CODE)
+        fb = reference_lib.pow2(cb + shift_ref[1], cb == reference_lib.NAN_CODE)
         acc = acc + partial * (fa[:, None] * fb[None, :])
     return acc
 
@@ -95,20 +91,20 @@ def _kernel(a_ref, b_ref, ca_ref, cb_ref, shift_ref, unshift_ref, o_ref, *,
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
                                              "block_size", "path", "widen"))
 def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
-               tiles: common.Tiles, block_size: int, path: str,
+               tiles: triton_common.Tiles, block_size: int, path: str,
                widen: bool = False):
   if mode == "reference":
-    return reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
+    return reference_lib.reference(a_data, a_codes, b_data, b_codes, out_dtype=out_dtype,
                      block_size=block_size)
   m, n = a_data.shape[0], b_data.shape[0]
   ca, cb = a_codes.astype(jnp.int32), b_codes.astype(jnp.int32)
-  fast, shifts, unshift = fast_plan(ca, cb, a_data.shape[1], a_data.dtype,
+  fast, shifts, unshift = reference_lib.fast_plan(ca, cb, a_data.shape[1], a_data.dtype,
                                     b_data.dtype)
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
   # Padding codes repeat a present code so they change no range; the padded
   # elements are zeros, so padded blocks add nothing.
-  pad_a = jnp.min(jnp.where(ca != NAN_CODE, ca, 255))
-  pad_b = jnp.min(jnp.where(cb != NAN_CODE, cb, 255))
+  pad_a = jnp.min(jnp.where(ca != reference_lib.NAN_CODE, ca, 255))
+  pad_b = jnp.min(jnp.where(cb != reference_lib.NAN_CODE, cb, 255))
   a_data = common.pad_to(a_data, (bm, bk))
   b_data = common.pad_to(b_data, (bn, bk))
   ca = _pad_codes(ca, (bm, bk // block_size), pad_a).T.astype(jnp.uint8)
@@ -135,7 +131,7 @@ def _mx_matmul(a_data, a_codes, b_data, b_codes, *, out_dtype, mode: str,
         ],
         out_specs=pl.BlockSpec((bm, bn), lambda p: tile(p)),
         interpret=mode == "interpret",
-        compiler_params=common.compiler_params(mode, tiles),
+        compiler_params=triton_common.compiler_params(mode, tiles),
         name="mx_matmul_exact" if exact else "mx_matmul",
     )(a_data, b_data, ca, cb, shifts, unshift)
 
@@ -215,10 +211,10 @@ def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
                     precision: Any = None) -> jax.Array:
   """mx_matmul with the scale path forced ("fast", "exact") or "auto"."""
   fn = "mx_matmul"
-  check_pair(a, b, fn)
+  reference_lib.check_pair(a, b, fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)
   widen = common.widen_to_bf16(precision, fn)
-  mode = common.resolve_mode(interpret, fn)
+  mode = triton_common.resolve_mode(interpret, fn)
   bs = a.block_size
   if mode != "reference" and (bs < 32 or bs & (bs - 1)):
     raise NotImplementedError(
@@ -226,13 +222,13 @@ def _mx_matmul_impl(a, b, *, out_dtype, interpret, block_m, block_n, block_k,
         f"fp8 MMA step per block), got {bs}; use interpret=None on CPU for "
         "the reference")
   (m, k), n = a.shape, b.shape[0]
-  tiles = common.choose_tiles(
+  tiles = triton_common.choose_tiles(
       m, n, a.data.shape[1], caps=_CAPS, fn=fn, min_k=bs, block_m=block_m,
       block_n=block_n, block_k=block_k, num_warps=num_warps,
       num_stages=num_stages)
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
-  with common.quiet_triton_deprecation(mode):
+  with triton_common.quiet_triton_deprecation(mode):
     return _mx_matmul(a.data, a.scales, b.data, b.scales,
                       out_dtype=out_dtype, mode=mode, tiles=tiles,
                       block_size=bs, path=path, widen=widen)

@@ -2,7 +2,7 @@
 
 ``a`` (M, K) and ``b`` (N, K) are fp8 (e4m3 or e5m2, mixed allowed: Hopper's
 ``wgmma`` takes the pair) and K-major. Each program owns one output tile:
-the pipeline (:func:`jaxfp8._src.kernels.mosaic_common.pipeline`) streams the
+the pipeline (:func:`jaxfp8._src.kernels.mosaic_gpu_common.pipeline`) streams the
 operand tiles into shared memory, ``wgmma`` accumulates their products in a
 float32 accumulator over all of K, and both scales multiply the float32 sum
 (as :func:`jaxfp8._src.kernels.common.apply_scales` splits them, so their
@@ -20,10 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels import mosaic_common as common
-from jaxfp8._src.kernels.common import check_scale
-from jaxfp8._src.kernels.scaled_matmul.reference import scaled_matmul_reference
+from jaxfp8._src.kernels import common as shared
+from jaxfp8._src.kernels import mosaic_gpu_common as common
+from jaxfp8._src.kernels.scaled_matmul import reference
+
 
 
 def _kernel(a_gmem, b_gmem, post_gmem, o_gmem, o_smem, *, tiles: common.Tiles,
@@ -57,18 +57,18 @@ def _kernel(a_gmem, b_gmem, post_gmem, o_gmem, o_smem, *, tiles: common.Tiles,
 
 def _post_factors(a_scale, b_scale) -> jax.Array:
   """float32[2]: the factors :func:`scale_factors` orders, for the kernel."""
-  return jnp.stack(triton_common.scale_factors(a_scale, b_scale))
+  return jnp.stack(shared.scale_factors(a_scale, b_scale))
 
 
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles"))
 def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
                    tiles: common.Tiles):
   if mode == "reference":
-    return scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
+    return reference.scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
   m, n = a.shape[0], b.shape[0]
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
-  a = triton_common.pad_to(a, (bm, bk))
-  b = triton_common.pad_to(b, (bn, bk))
+  a = shared.pad_to(a, (bm, bk))
+  b = shared.pad_to(b, (bn, bk))
   grid_m, grid_n = common.grid(a.shape[0], b.shape[0], tiles)
   out = common.launch(
       functools.partial(_kernel, tiles=tiles, grid_m=grid_m, grid_n=grid_n),
@@ -128,10 +128,10 @@ def scaled_matmul_mgpu(a: jax.Array, b: jax.Array, a_scale: Any,
          [16, 16, 16]], dtype=bfloat16)
   """
   fn = "scaled_matmul_mgpu"
-  a, b = triton_common.check_fp8_pair(a, b, fn)
-  a_scale = check_scale(a_scale, "a_scale", fn)
-  b_scale = check_scale(b_scale, "b_scale", fn)
-  out_dtype = triton_common.check_out_dtype(out_dtype, fn)
+  a, b = shared.check_fp8_pair(a, b, fn)
+  a_scale = shared.check_scale(a_scale, "a_scale", fn)
+  b_scale = shared.check_scale(b_scale, "b_scale", fn)
+  out_dtype = shared.check_out_dtype(out_dtype, fn)
   mode = common.resolve_mode(interpret, fn)
   if mode != "reference":
     common.check_pair_dtypes(a.dtype, b.dtype, fn)

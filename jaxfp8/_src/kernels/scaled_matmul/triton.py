@@ -18,9 +18,9 @@ from jax.experimental import pallas as pl
 import jax.numpy as jnp
 
 from jaxfp8._src.kernels import common
+from jaxfp8._src.kernels import triton_common
+from jaxfp8._src.kernels.scaled_matmul import reference
 
-from jaxfp8._src.kernels.common import check_scale
-from jaxfp8._src.kernels.scaled_matmul.reference import scaled_matmul_reference
 
 
 # Largest default tiles: 128 x 256 x 128 fp8 keeps three pipeline stages in
@@ -50,9 +50,9 @@ def _kernel(a_ref, b_ref, a_scale_ref, b_scale_ref, o_ref, *, block_k: int,
 @functools.partial(jax.jit, static_argnames=("out_dtype", "mode", "tiles",
                                              "widen"))
 def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
-                   tiles: common.Tiles, widen: bool = False):
+                   tiles: triton_common.Tiles, widen: bool = False):
   if mode == "reference":
-    return scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
+    return reference.scaled_matmul_reference(a, b, a_scale, b_scale, out_dtype=out_dtype)
   m, n = a.shape[0], b.shape[0]
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
   a = common.pad_to(a, (bm, bk))
@@ -74,7 +74,7 @@ def _scaled_matmul(a, b, a_scale, b_scale, *, out_dtype, mode: str,
       ],
       out_specs=pl.BlockSpec((bm, bn), lambda p: tile(p)),
       interpret=mode == "interpret",
-      compiler_params=common.compiler_params(mode, tiles),
+      compiler_params=triton_common.compiler_params(mode, tiles),
       name="scaled_matmul",
   )(a, b, a_scale.reshape(1), b_scale.reshape(1))
   return out[:m, :n]
@@ -132,17 +132,17 @@ def scaled_matmul(a: jax.Array, b: jax.Array, a_scale: Any, b_scale: Any, *,
   """
   fn = "scaled_matmul"
   a, b = common.check_fp8_pair(a, b, fn)
-  a_scale = check_scale(a_scale, "a_scale", fn)
-  b_scale = check_scale(b_scale, "b_scale", fn)
+  a_scale = common.check_scale(a_scale, "a_scale", fn)
+  b_scale = common.check_scale(b_scale, "b_scale", fn)
   out_dtype = common.check_out_dtype(out_dtype, fn)
   widen = common.widen_to_bf16(precision, fn)
-  mode = common.resolve_mode(interpret, fn)
+  mode = triton_common.resolve_mode(interpret, fn)
   (m, k), n = a.shape, b.shape[0]
-  tiles = common.choose_tiles(
+  tiles = triton_common.choose_tiles(
       m, n, k, caps=_CAPS, fn=fn, block_m=block_m, block_n=block_n,
       block_k=block_k, num_warps=num_warps, num_stages=num_stages)
   if m == 0 or n == 0 or k == 0:
     return jnp.zeros((m, n), out_dtype)
-  with common.quiet_triton_deprecation(mode):
+  with triton_common.quiet_triton_deprecation(mode):
     return _scaled_matmul(a, b, a_scale, b_scale, out_dtype=out_dtype,
                           mode=mode, tiles=tiles, widen=widen)

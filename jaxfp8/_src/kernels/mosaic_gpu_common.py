@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.kernels import common as triton_common
+from jaxfp8._src.kernels import common as shared
 
 # wgmma (warpgroup MMA with fp8 operands) is Hopper's, sm_90: Blackwell
 # (10.x, 12.x) has tcgen05 in its place.
@@ -64,7 +64,7 @@ def hopper(platform: str, compute_capability: int | None = None) -> bool:
   if platform not in _GPU_PLATFORMS:
     return False
   if compute_capability is None:
-    compute_capability = triton_common.gpu_compute_capability()
+    compute_capability = shared.gpu_compute_capability()
   return is_hopper(compute_capability)
 
 
@@ -91,7 +91,7 @@ def resolve_mode(interpret: Any, fn: str, *, platform: str | None = None,
   if interpret is None:
     return "reference"
   if compute_capability is None and platform == "gpu":
-    compute_capability = triton_common.gpu_compute_capability()
+    compute_capability = shared.gpu_compute_capability()
   where = (f"a GPU of compute capability {compute_capability / 10:.1f}"
            if platform == "gpu" and compute_capability is not None
            else f"the {platform!r} backend")
@@ -159,7 +159,7 @@ def choose_tiles(m: int, n: int, k: int, *, fn: str, max_block_m: int = 128,
         _check_choice_int(block_m, "block_m", fn, _BLOCK_M,
                           "wgmma row groups of 64"))
   allowed_n = [1 << i for i in range(4, 9)]
-  bn = (min(max_block_n, triton_common.pow2_at_least(n, 16)) if block_n is None else
+  bn = (min(max_block_n, shared.pow2_at_least(n, 16)) if block_n is None else
         _check_choice_int(block_n, "block_n", fn, allowed_n,
                           "a power of two a wgmma takes"))
   allowed_k = [v for v in _BLOCK_K if v % k_multiple == 0]
@@ -195,7 +195,7 @@ def tile_of_program(grid_m: int, grid_n: int):
   """(row tile, column tile) of this program: grouped by 8 row tiles, so
   neighbouring programs share operand tiles in L2 (as the Triton kernels)."""
   pid = lax.axis_index("tiles")
-  return triton_common.tile_of_program(pid, grid_m, grid_n, 8)
+  return shared.tile_of_program(pid, grid_m, grid_n, 8)
 
 
 def _transforms(width: int, itemsize: int):

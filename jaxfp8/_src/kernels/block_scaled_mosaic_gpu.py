@@ -30,8 +30,8 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
-from jaxfp8._src.kernels import common as triton_common
-from jaxfp8._src.kernels import mosaic_common as common
+from jaxfp8._src.kernels import common as shared
+from jaxfp8._src.kernels import mosaic_gpu_common as common
 
 # Scale blocks the kernel takes: a divisor of the 128-element K step that
 # one fp8 wgmma (K = 32) can cover.
@@ -102,11 +102,11 @@ def gemm(a, b, row, col, post, *, out_dtype, mode: str, tiles: common.Tiles,
   """
   m, n = a.shape[0], b.shape[0]
   bm, bn, bk = tiles.block_m, tiles.block_n, tiles.block_k
-  a = triton_common.pad_to(a, (bm, bk))
-  b = triton_common.pad_to(b, (bn, bk))
+  a = shared.pad_to(a, (bm, bk))
+  b = shared.pad_to(b, (bn, bk))
   kb = a.shape[1] // scale_block
-  row = triton_common.pad_to(row, (bm, kb), 1).T[:kb]
-  col = triton_common.pad_to(col, (bn, kb), 1).T[:kb]
+  row = shared.pad_to(row, (bm, kb), 1).T[:kb]
+  col = shared.pad_to(col, (bn, kb), 1).T[:kb]
   grid_m, grid_n = common.grid(a.shape[0], b.shape[0], tiles)
   out = common.launch(
       functools.partial(_kernel, tiles=tiles, grid_m=grid_m, grid_n=grid_n,
