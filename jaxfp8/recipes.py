@@ -14,6 +14,7 @@ The Flax names load Flax on first use.
 >>> jaxfp8.recipes.get_recipe("fp8_blockwise").fwd[1].block
 (128, 128)
 """
+from jaxfp8._src import deprecation as _deprecation
 from jaxfp8._src.recipes.core import dot_general as dot_general
 from jaxfp8._src.recipes.reference import dot_general_reference as dot_general_reference
 from jaxfp8._src.recipes.core import init_state as init_state
@@ -26,20 +27,13 @@ from jaxfp8._src.recipes.spec import Quantizer as Quantizer
 from jaxfp8._src.recipes.spec import Recipe as Recipe
 
 # Defined in integration modules that import Flax: loaded on first use.
-# name -> module under jaxfp8._src.faces.
 _FLAX_NAMES: dict[str, str] = {
-    "RecipeDotGeneral": "linen", "linen_recipe": "linen",
-    "NnxRecipeDotGeneral": "nnx", "NnxRecipeState": "nnx",
-    "nnx_apply_recipe_state": "nnx", "nnx_recipe": "nnx",
-}
+    name: "jaxfp8._src.faces." + module for name, module in (
+        ("RecipeDotGeneral", "linen"), ("linen_recipe", "linen"),
+        ("NnxRecipeDotGeneral", "nnx"), ("NnxRecipeState", "nnx"),
+        ("nnx_apply_recipe_state", "nnx"), ("nnx_recipe", "nnx"))}
 
-
-def __getattr__(name: str):
-  if name in _FLAX_NAMES:
-    import importlib  # pylint: disable=g-import-not-at-top
-    module = importlib.import_module(f"jaxfp8._src.faces.{_FLAX_NAMES[name]}")
-    return getattr(module, name)
-  raise AttributeError(f"module 'jaxfp8.recipes' has no attribute {name!r}")
+__getattr__ = _deprecation.module_getattr("jaxfp8.recipes", {}, _FLAX_NAMES)
 
 
 def __dir__():

@@ -1,4 +1,5 @@
-"""Deprecated public names: kept for a release, each warning on use.
+"""A public module's ``__getattr__``: deprecated names that warn, and names
+that load on first use.
 
 A public module lists its deprecated names in a table ``name -> (module
 under jaxfp8._src, attribute, replacement)`` and hands it to
