@@ -117,3 +117,25 @@ def lowered_triton(f, *args) -> str:
 def triton_calls(text: str) -> list[str]:
   """The Triton custom calls of a lowering."""
   return re.findall(r"custom_call @\S*triton\S* .*", text)
+
+
+# What the Mosaic GPU kernel tests share: operand pairs, result dtypes,
+# shapes (odd ones over several ragged tiles, and one tile) and the shapes
+# lowered for CUDA.
+E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
+PAIRS = [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)]
+PAIR_IDS = ["e4m3", "e5m2", "mixed"]
+F32, BF16 = np.dtype(jnp.float32), np.dtype(jnp.bfloat16)
+# (M, N, K, tiles)
+SHAPES = [(37, 45, 200, dict(block_n=32)), (130, 70, 300, {}),
+          (8, 16, 64, {})]
+SHAPE_IDS = ["odd", "ragged-2x1", "one-tile"]
+LOWER_SHAPES = [(4096, 4096, 4096), (100, 300, 700)]
+OUTS = [np.dtype(jnp.bfloat16), np.dtype(jnp.float32)]
+
+
+def skip_unless_mixed_pair(pair) -> None:
+  """Skips where this JAX's Mosaic GPU wgmma takes no mixed fp8 pair."""
+  if not mosaic_gpu_common.takes_pair(*pair):
+    pytest.skip(f"this JAX's Mosaic GPU wgmma takes no mixed fp8 pair "
+                f"({jax.__version__})")

@@ -7,31 +7,16 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from jaxfp8._src.kernels import mosaic_gpu_common
 from jaxfp8._src.kernels import block_scaled_mosaic_gpu as block_scaled
-import kernel_reference
+from kernel_reference import E4M3
+from kernel_reference import LOWER_SHAPES
+from kernel_reference import OUTS
+from kernel_reference import lowered_mosaic_gpu as _lowered
 
-E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
-PAIRS = [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)]
-PAIR_IDS = ["e4m3", "e5m2", "mixed"]
-F32, BF16 = np.dtype(jnp.float32), np.dtype(jnp.bfloat16)
-# (M, N, K, tiles): odd shapes over several ragged tiles, and one tile.
-SHAPES = [(37, 45, 200, dict(block_n=32)), (130, 70, 300, {}),
-          (8, 16, 64, {})]
-SHAPE_IDS = ["odd", "ragged-2x1", "one-tile"]
 S = jax.ShapeDtypeStruct
-LOWER_SHAPES = [(4096, 4096, 4096), (100, 300, 700)]
-OUTS = [np.dtype(jnp.bfloat16), np.dtype(jnp.float32)]
-_lowered = kernel_reference.lowered_mosaic_gpu
-
-
-def _mixed_ok(pair) -> None:
-  if not mosaic_gpu_common.takes_pair(*pair):
-    pytest.skip(f"this JAX's Mosaic GPU wgmma takes no mixed fp8 pair "
-                f"({jax.__version__})")
 
 
 @pytest.mark.parametrize("out_dtype", OUTS, ids=lambda d: d.name)

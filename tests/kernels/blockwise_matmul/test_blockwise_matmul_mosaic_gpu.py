@@ -30,25 +30,15 @@ from jaxfp8._src.kernels.blockwise_matmul import mosaic_gpu as blockwise_mosaic_
 from jaxfp8._src.mx import blockwise
 import kernel_reference
 import kernel_reference as ref_lib
+from kernel_reference import BF16
+from kernel_reference import E4M3
+from kernel_reference import F32
+from kernel_reference import OUTS
+from kernel_reference import SHAPE_IDS
+from kernel_reference import SHAPES
+from kernel_reference import lowered_mosaic_gpu as _lowered
 
-E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
-PAIRS = [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)]
-PAIR_IDS = ["e4m3", "e5m2", "mixed"]
-F32, BF16 = np.dtype(jnp.float32), np.dtype(jnp.bfloat16)
-# (M, N, K, tiles): odd shapes over several ragged tiles, and one tile.
-SHAPES = [(37, 45, 200, dict(block_n=32)), (130, 70, 300, {}),
-          (8, 16, 64, {})]
-SHAPE_IDS = ["odd", "ragged-2x1", "one-tile"]
 S = jax.ShapeDtypeStruct
-LOWER_SHAPES = [(4096, 4096, 4096), (100, 300, 700)]
-OUTS = [np.dtype(jnp.bfloat16), np.dtype(jnp.float32)]
-_lowered = kernel_reference.lowered_mosaic_gpu
-
-
-def _mixed_ok(pair) -> None:
-  if not mosaic_gpu_common.takes_pair(*pair):
-    pytest.skip(f"this JAX's Mosaic GPU wgmma takes no mixed fp8 pair "
-                f"({jax.__version__})")
 
 
 def _blockwise(rng, shape, block, fmt, scale="pow2", spread=6):

@@ -31,25 +31,17 @@ from jaxfp8._src.kernels import block_scaled_mosaic_gpu as block_scaled
 from jaxfp8._src.kernels.mx_matmul import mosaic_gpu as mx_mosaic_gpu
 import kernel_reference
 import kernel_reference as ref_lib
+from kernel_reference import E4M3
+from kernel_reference import F32
+from kernel_reference import OUTS
+from kernel_reference import PAIR_IDS
+from kernel_reference import PAIRS
+from kernel_reference import SHAPE_IDS
+from kernel_reference import SHAPES
+from kernel_reference import skip_unless_mixed_pair
+from kernel_reference import lowered_mosaic_gpu as _lowered
 
-E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
-PAIRS = [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)]
-PAIR_IDS = ["e4m3", "e5m2", "mixed"]
-F32, BF16 = np.dtype(jnp.float32), np.dtype(jnp.bfloat16)
-# (M, N, K, tiles): odd shapes over several ragged tiles, and one tile.
-SHAPES = [(37, 45, 200, dict(block_n=32)), (130, 70, 300, {}),
-          (8, 16, 64, {})]
-SHAPE_IDS = ["odd", "ragged-2x1", "one-tile"]
 S = jax.ShapeDtypeStruct
-LOWER_SHAPES = [(4096, 4096, 4096), (100, 300, 700)]
-OUTS = [np.dtype(jnp.bfloat16), np.dtype(jnp.float32)]
-_lowered = kernel_reference.lowered_mosaic_gpu
-
-
-def _mixed_ok(pair) -> None:
-  if not mosaic_gpu_common.takes_pair(*pair):
-    pytest.skip(f"this JAX's Mosaic GPU wgmma takes no mixed fp8 pair "
-                f"({jax.__version__})")
 
 
 def _mx(rng, shape, fmt, spread):
@@ -99,7 +91,7 @@ class TestCompiledMxMatmulMgpu:
   @pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
   @pytest.mark.parametrize("m,n,k,tiles", SHAPES, ids=SHAPE_IDS)
   def test_mx_matmul_matches_float64(self, m, n, k, tiles, pair):
-    _mixed_ok(pair)
+    skip_unless_mixed_pair(pair)
     rng = np.random.default_rng(m + n * k)
     fmts = ["mxfp8_e4m3" if d == E4M3 else "mxfp8_e5m2" for d in pair]
     a, b = _mx(rng, (m, k), fmts[0], 20), _mx(rng, (n, k), fmts[1], 20)
