@@ -72,21 +72,8 @@ def _subnormal_product(sa, sb, t):
   return q + (above | (tie & ((q & 1) == 1))).astype(U32)
 
 
-def mul(a: jax.Array, b: jax.Array) -> jax.Array:
-  """``a * b`` in float32, nearest even, subnormal operands and results kept.
-
-  Args:
-    a: float32.
-    b: float32, broadcastable against ``a``.
-
-  Returns:
-    float32: the IEEE product (Inf on overflow; NaN and Inf as IEEE says).
-
-  >>> import jax.numpy as jnp
-  >>> mul(jnp.float32(2.0**-100), jnp.float32(2.0**-40))  # 2^-140
-  Array(7.17e-43, dtype=float32)
-  """
-  a, b = jnp.broadcast_arrays(a, b)
+def _exact_mul(a: jax.Array, b: jax.Array) -> jax.Array:
+  """:func:`mul` by significands: right for every pair of operands."""
   ab, bb = _u32(a), _u32(b)
   sign = (ab ^ bb) & U32(bits_lib.SIGN)
   ma, mb = ab & 0x7FFFFFFF, bb & 0x7FFFFFFF
@@ -108,6 +95,36 @@ def mul(a: jax.Array, b: jax.Array) -> jax.Array:
          | ((mb == inf) & (ma == 0)))
   out = jnp.where((ma == inf) | (mb == inf), inf, out) | sign
   return _f32(jnp.where(nan, U32(bits_lib.NAN), out))
+
+
+def mul(a: jax.Array, b: jax.Array) -> jax.Array:
+  """``a * b`` in float32, nearest even, subnormal operands and results kept.
+
+  The float product is the IEEE one wherever neither operand is subnormal
+  and the product is not below 2^-126 (or is an exact zero); only where some
+  element is neither does the significand product run (a ``lax.cond``: one
+  branch runs).
+
+  Args:
+    a: float32.
+    b: float32, broadcastable against ``a``.
+
+  Returns:
+    float32: the IEEE product (Inf on overflow; NaN and Inf as IEEE says).
+
+  >>> import jax.numpy as jnp
+  >>> mul(jnp.float32(2.0**-100), jnp.float32(2.0**-40))  # 2^-140
+  Array(7.17e-43, dtype=float32)
+  """
+  a, b = jnp.broadcast_arrays(a, b)
+  p = a * b
+  ma, mb = _u32(a) & 0x7FFFFFFF, _u32(b) & 0x7FFFFFFF
+  # Bit tests only (a float comparison fused here may see subnormals as 0).
+  zero = (ma == 0) | (mb == 0)
+  plain = (zero | ((ma >= _MIN_NORMAL_BITS) & (mb >= _MIN_NORMAL_BITS)
+                   & ((_u32(p) & 0x7FFFFFFF) >= _MIN_NORMAL_BITS)))
+  return lax.cond(jnp.all(plain), lambda a, b, p: p,
+                  lambda a, b, p: _exact_mul(a, b), a, b, p)
 
 
 def _reciprocal_below_normal(mag):
@@ -147,7 +164,14 @@ def reciprocal(a: jax.Array) -> jax.Array:
   m, k, _, _ = _normalized(safe)
   normal = bits_lib.ldexp(_u32(np.float32(1) / m), -k)  # 1/m in (1/2, 1]
   big = safe > U32(0x7E800000)  # 2^126: beyond it 1/a is subnormal
-  out = jnp.where(big, _reciprocal_below_normal(safe), normal)
+  # The long division runs only where some element needs it (one branch
+  # runs): a loop of 46 steps over every element would cost more than the
+  # rest of a block quantizer.
+  out = lax.cond(
+      jnp.any(big & (safe < bits_lib.INF)),
+      lambda safe, normal: jnp.where(big, _reciprocal_below_normal(safe),
+                                     normal),
+      lambda safe, normal: normal, safe, normal)
   out = jnp.where(mag == 0, U32(bits_lib.INF), out)
   out = jnp.where(mag == bits_lib.INF, U32(0), out)
   return _f32(jnp.where(mag > bits_lib.INF, U32(bits_lib.NAN), out))
