@@ -87,6 +87,7 @@ ELEMENT = "float4_e2m1fn"
 SCALE = "float8_e4m3fn"
 U32, I32 = bits_lib.U32, bits_lib.I32
 _FORMAT = get_format("nvfp4")
+_ELEMENT_FORMAT = _FORMAT.element
 _RANGE = _FORMAT.max * _FORMAT.scale.max   # e2m1 max * e4m3 max: 2688
 _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
 # Tensor scales at least this large make every code * block_scale *
@@ -215,6 +216,99 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
   return codes, sc, bits_lib.pow2_float(j)
 
 
+# A tensor amax at least this large (or 0) keeps every step of the "te" rule
+# in float32's normal range: S_dec >= 2^-100 / 2688, block scales times
+# S_dec >= 2^-9 * S_dec, encode scales <= 2^124, dequantized values >=
+# 2^-10 * S_dec. There plain float32 arithmetic is the IEEE one (XLA's
+# flushing of subnormals changes nothing: a subnormal element times an
+# encode scale rounds to zero in e2m1 either way).
+_PLAIN_TE_AMAX = np.float32(2.0**-100)
+
+
+def _plain_te_values(t, bmax, rand, rounding: str):
+  """:func:`values`' ``"te"`` rule in plain float32 arithmetic, for tensors
+  whose amax is 0 or at least :data:`_PLAIN_TE_AMAX`: the same steps as
+  :func:`_te_scales` and :func:`quantize_tiles`, each a single float
+  operation, then :func:`dequantize`'s products."""
+  bad = bmax >= bits_lib.INF
+  good = jnp.where(bad, U32(0), bmax)
+  s_enc = blockwise.encode_scales(jnp.max(good, initial=U32(0)), _RANGE,
+                                  "float32")
+  s_dec = np.float32(1) / s_enc
+  bs = lax.bitcast_convert_type(good, jnp.float32) * (s_enc * _SIXTH)
+  bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE).astype(
+      jnp.float32)
+  enc = jnp.minimum(np.float32(1) / (bs * s_dec), f32.F32_MAX)
+  y = lax.bitcast_convert_type(t * blockwise.per_element(enc), U32)
+  mag = rounding_lib.round_magnitude(
+      y & 0x7FFFFFFF, (y >> 31) == 1, _ELEMENT_FORMAT, rounding=rounding,
+      rand=rand)
+  mag, _ = rounding_lib.limit_magnitude(mag, None, _ELEMENT_FORMAT,
+                                        rounding=rounding, saturate=True)
+  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  out = v * blockwise.per_element(bs) * s_dec
+  return jnp.where(blockwise.per_element(bad), np.float32(np.nan), out)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
+                rounding: str):
+  def exact(x, rand):
+    codes, sc, ts = quantize_tiles(
+        x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
+        rounding=rounding,
+        finish=lambda c: elements_lib.element_values(c, _FORMAT))
+    return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
+
+  if tensor_scale != "te":
+    return exact(x, rand)
+  t = blockwise.tiles(x, block)
+  bmax = _block_max(t, block)
+  amax = jnp.max(jnp.where(bmax >= bits_lib.INF, U32(0), bmax),
+                 initial=U32(0))
+  plain = (amax == 0) | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX))
+
+  def fast(x, rand):
+    r = None if rand is None else blockwise.tiles(rand, block)
+    return blockwise.untiles(_plain_te_values(t, bmax, r, rounding), x.shape)
+
+  return lax.cond(plain, fast, exact, x, rand)
+
+
+def values(x: jax.Array, rand: jax.Array | None, block: tuple[int, int], *,
+           tensor_scale: str, scale_mode: str, rounding: str) -> jax.Array:
+  """float32 values of ``x`` (..., M, K) quantized into NVFP4 and decoded:
+  ``dequantize(*quantize(x, ...))`` bit for bit, in fewer passes (no codes
+  or scale arrays are stored). What the recipes' emulated GEMMs multiply.
+
+  Runs inside its callers' jit; arguments are checked (as
+  :func:`quantize_tiles` takes them). With ``tensor_scale="te"``, a tensor
+  whose amax keeps every step in float32's normal range (all but amaxes
+  below 2^-100) takes plain float32 arithmetic, the others the exact
+  integer forms (a ``lax.cond``: one branch runs).
+
+  >>> import jax.numpy as jnp
+  >>> values(jnp.array([[6.0, 1.0, -0.3] + [0.0] * 13]), None, (1, 16),
+  ...        tensor_scale="te", scale_mode="floor", rounding="nearest")[0, :3]
+  Array([ 6.0000005,  1.       , -0.5      ], dtype=float32)
+  """
+  return _values_jit(x, rand, block, tensor_scale, scale_mode, rounding)
+
+
+def scale_values(sc: jax.Array) -> jax.Array:
+  """float32 values of uint8 e4m3 block-scale codes (NaN code: NaN)."""
+  return mx_scales.scale_values(sc, _FORMAT)
+
+
+def _dequantize_tiles(values_t, block_scales, tensor_scale, shape):
+  """``values * block_scale * tensor_scale`` of tiles, rounded once, back in
+  ``shape``: :func:`dequantize`'s arithmetic."""
+  t = values_t * blockwise.per_element(block_scales)
+  fast = tensor_scale >= _FAST_TENSOR_MIN
+  out = lax.cond(fast, lambda t, s: t * s, f32.mul, t, tensor_scale)
+  return blockwise.untiles(out, shape)
+
+
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def _quantize_jit(x, rand, block, tensor_scale: str, scale_mode: str,
                   rounding: str):
@@ -318,10 +412,8 @@ def quantize(x: Any, *, block: tuple[int, int] = (1, 16),
 
 @functools.partial(jax.jit, static_argnums=(3,))
 def _dequantize_jit(values, block_scales, tensor_scale, block):
-  t = blockwise.tiles(values, block) * blockwise.per_element(block_scales)
-  fast = tensor_scale >= _FAST_TENSOR_MIN
-  out = lax.cond(fast, lambda t, s: t * s, f32.mul, t, tensor_scale)
-  return blockwise.untiles(out, values.shape)
+  return _dequantize_tiles(blockwise.tiles(values, block), block_scales,
+                           tensor_scale, values.shape)
 
 
 def dequantize(codes: Any, block_scales: Any, tensor_scale: Any, *,
@@ -363,4 +455,4 @@ def dequantize(codes: Any, block_scales: Any, tensor_scale: Any, *,
 
 
 __all__ = ["BLOCKS", "ELEMENT", "SCALE", "TENSOR_SCALES", "check_block",
-           "dequantize", "quantize", "quantize_tiles"]
+           "dequantize", "quantize", "quantize_tiles", "values"]

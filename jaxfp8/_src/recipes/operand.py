@@ -31,6 +31,7 @@ from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.numerics.cast import cast
 from jaxfp8._src.numerics.rounding import operand_float32
+from jaxfp8._src.numerics.rounding import stochastic_bits
 from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import hadamard
@@ -118,10 +119,9 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
                                        scale=q.scale)
     return blockwise.dequantize(codes, scales, block=q.block)
   if q.kind == "nvfp4":
-    codes, block_scales, tensor_scale = nvfp4.quantize(
-        v, block=q.block, tensor_scale=q.scale, rounding=q.rounding,
-        key=key if q.stochastic else None)
-    return nvfp4.dequantize(codes, block_scales, tensor_scale, block=q.block)
+    rand = stochastic_bits(q.rounding, key, v.shape, fn="dot_general")
+    return nvfp4.values(v, rand, q.block, tensor_scale=q.scale,
+                        scale_mode="floor", rounding=q.rounding)
   a = mx_lib.quantize(v, q.format, block_size=q.block_size, axis=-1,
                       scale_mode=q.scale, rounding=q.rounding,
                       key=key if q.stochastic else None, pad=True)
