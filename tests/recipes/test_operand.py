@@ -14,6 +14,7 @@ from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
+from jaxfp8._src.recipes import gemm
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
 
@@ -89,3 +90,37 @@ def test_delayed_scaling_is_the_scaling_objects_quantize(fmt):
 @pytest.mark.parametrize("fmt", CAST_FORMATS)
 def test_cast_is_the_one_cast(fmt):
   _check(jnp.asarray(_special()), Quantizer("cast", fmt))
+
+
+@pytest.mark.parametrize("q,shape", [
+    (Quantizer("nvfp4", "e2m1", block=(16, 16)), (40, 72)),
+    (Quantizer("nvfp4", "e2m1", block=(16, 16), scale="pow2"), (32, 48)),
+    (Quantizer("block", "e4m3", block=(128, 128)), (130, 260)),
+    (Quantizer("block", "e5m2", block=(128, 128), scale="float32"),
+     (256, 128)),
+])
+def test_square_blocks_quantize_a_view_and_its_transpose_alike(q, shape):
+  # What lets the core keep the forward GEMM's quantized weight view for
+  # the input-gradient GEMM (gemm.shares_view): the two views of one
+  # operand, contracted along either axis, hold the same values.
+  assert gemm.shares_view(q, q, (0,))
+  w = jax.random.normal(jax.random.key(2), shape) * jnp.exp(
+      jax.random.normal(jax.random.key(3), (1, shape[1])))
+  along_rows = operand.quantize_view(operand.view(w, (), (0,)), q)
+  along_cols = operand.quantize_view(operand.view(w, (), (1,)), q)
+  np.testing.assert_array_equal(
+      np.asarray(along_rows).T.view(np.uint32),
+      np.asarray(along_cols).view(np.uint32))
+
+
+def test_a_view_is_shared_only_between_like_square_deterministic_quantizers():
+  sq = Quantizer("nvfp4", "e2m1", block=(16, 16))
+  assert not gemm.shares_view(Quantizer("nvfp4", "e2m1"), Quantizer(
+      "nvfp4", "e2m1"), (0,))  # 1 x 16 tiles change with the axis
+  assert not gemm.shares_view(sq, Quantizer("nvfp4", "e2m1", block=(16, 16),
+                                            scale="pow2"), (0,))
+  assert not gemm.shares_view(Quantizer(
+      "nvfp4", "e2m1", block=(16, 16), rounding="stochastic"), Quantizer(
+          "nvfp4", "e2m1", block=(16, 16), rounding="stochastic"), (0,))
+  assert not gemm.shares_view(sq, sq, (2, 0))  # flattened in another order
+  assert not gemm.shares_view(None, None, (0,))

@@ -147,13 +147,22 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   a = gemm.prepare(x32, r.fwd[0], states.get("x"))
   b = gemm.prepare(w32, r.fwd[1], states.get("w"))
   gemm.record("fwd", r.fwd, lhs, rhs)
-  out = gemm.multiply(a, b, static.dims, static.run, kf)
-  res = (_kept(a, r.wgrad[0], lhs), _kept(b, r.dgrad[1], rhs), kb, state,
-         nxt)
+  (_, rc), _ = static.dims
+  share = gemm.shares_view(r.fwd[1], r.dgrad[1], rc)
+  out, w_view = gemm.multiply(a, b, static.dims, static.run, kf,
+                              keep_view=True)
+  if share and w_view is not None:
+    # Square weight blocks: dgrad multiplies this view's transpose.
+    w_kept = gemm.KeptView(jnp.swapaxes(w_view, -1, -2), tuple(rhs.shape))
+  else:
+    w_kept = _kept(b, r.dgrad[1], rhs)
+  res = (_kept(a, r.wgrad[0], lhs), w_kept, kb, state, nxt)
   return to_dtype(out, static.out_dtype), res
 
 
 def _residual(kept, q: Optional[Quantizer], state) -> gemm.Op:
+  if isinstance(kept, gemm.KeptView):
+    return kept.op(q)
   if isinstance(kept, tuple):
     return gemm.Op(None, q, *kept)
   return gemm.prepare(operand.float32(kept), q, state)

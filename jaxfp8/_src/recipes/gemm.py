@@ -104,15 +104,52 @@ def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Op:
-  """A GEMM operand: float32 values, and codes and scale where kept."""
+  """A GEMM operand: float32 values, and codes and scale where kept, or
+  the quantized GEMM view (``view``, of an operand of ``view_of`` shape)
+  another GEMM made of it (:func:`shares_view`)."""
   x: Any
   q: Optional[Quantizer]
   codes: Any = None
   scale: Any = None
+  view: Any = None
+  view_of: Optional[tuple[int, ...]] = None
 
   @property
   def shape(self) -> tuple[int, ...]:
+    if self.view is not None:
+      return self.view_of
     return tuple((self.x if self.x is not None else self.codes).shape)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class KeptView:
+  """A quantized GEMM view kept for another GEMM (a residual of the core's
+  custom VJP), and the shape of the operand it is a view of."""
+  view: Any
+  shape: tuple[int, ...]
+
+  def tree_flatten(self):
+    return (self.view,), self.shape
+
+  @classmethod
+  def tree_unflatten(cls, shape, children):
+    return cls(children[0], shape)
+
+  def op(self, q: Optional[Quantizer]) -> "Op":
+    return Op(None, q, view=self.view, view_of=self.shape)
+
+
+def shares_view(q: Optional[Quantizer], q_next: Optional[Quantizer],
+                contract) -> bool:
+  """Whether the quantized view of an operand in one GEMM, its last two
+  axes swapped, is its quantized view in a GEMM that contracts its free
+  dims instead: square blocks (the same tiles either way, and a tensor
+  scale over the whole operand), quantized alike, without randomness, and
+  contracting dims in order (the free ones are flattened in order)."""
+  return (q is not None and q == q_next and q.kind in ("block", "nvfp4")
+          and q.block[0] == q.block[1] and not q.stochastic
+          and q.transform is None and list(contract) == sorted(contract))
 
 
 def prepare(x32, q: Optional[Quantizer], state=None) -> Op:
@@ -151,19 +188,22 @@ def _keys(key, n: int) -> list:
   return list(jax.random.split(key, n))
 
 
-def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key) -> jax.Array:
-  """``dot_general(a, b, dims)`` of the quantized operands, float32."""
+def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key, *,
+             keep_view: bool = False):
+  """``dot_general(a, b, dims)`` of the quantized operands, float32; with
+  ``keep_view``, ``(product, b's quantized view or None)``."""
   qa, qb = a.q, b.q
+  out, view = None, None
   if all(elementwise(q) and q.kind == "tensor" for q in (qa, qb)):
-    return _codes_dot(a.codes, b.codes, dims) * a.scale * b.scale
-  if mx_pair(qa, qb):
-    return gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
-                         key if qa.stochastic else None)
-  if blockwise_pair(qa, qb):
+    out = _codes_dot(a.codes, b.codes, dims) * a.scale * b.scale
+  elif mx_pair(qa, qb):
+    out = gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
+                        key if qa.stochastic else None)
+  elif blockwise_pair(qa, qb):
     out = _blockwise_kernel(a, b, dims, run)
-    if out is not None:
-      return out
-  return dequantized_product(a, b, dims, key)
+  if out is None:
+    out, view = _dequantized_product(a, b, dims, key)
+  return (out, view) if keep_view else out
 
 
 def dequantized_product(a: Op, b: Op, dims, key) -> jax.Array:
@@ -172,26 +212,34 @@ def dequantized_product(a: Op, b: Op, dims, key) -> jax.Array:
   or None, else in the GEMM's view, transformed first where the quantizers
   say so. The product every other path of :func:`multiply` must equal up
   to summation order."""
+  return _dequantized_product(a, b, dims, key)[0]
+
+
+def _dequantized_product(a: Op, b: Op, dims, key):
+  """:func:`dequantized_product`, and ``b``'s quantized view where it made
+  one (else None)."""
   qa, qb = a.q, b.q
   value = lambda o: (operand.dequantize_elementwise(o.codes, o.scale)
                      if o.codes is not None else o.x)
   transform = qa is not None and qa.transform or qb is not None and qb.transform
   if not transform and all(q is None or elementwise(q) for q in (qa, qb)):
-    return _dot(value(a), value(b), dims)
+    return _dot(value(a), value(b), dims), None
   stochastic = [o.q is not None and o.q.stochastic for o in (a, b)]
   keys = _keys(key, int(bool(transform)) + sum(stochastic))
   (ac, bc), (ab, bb) = dims
-  av = operand.view(value(a), ab, ac)
-  bv = operand.view(value(b), bb, bc)
+  # A view another GEMM quantized is used as it is (shares_view).
+  av, bv = (o.view if o.view is not None else operand.view(value(o), bd, cd)
+            for o, bd, cd in ((a, ab, ac), (b, bb, bc)))
   if transform:
     av, bv = operand.rht_pair(av, bv, keys.pop(0))
   quantized = []
   for o, v, sr in ((a, av, stochastic[0]), (b, bv, stochastic[1])):
-    if o.q is not None and (transform or not elementwise(o.q)):
+    if (o.q is not None and o.view is None
+        and (transform or not elementwise(o.q))):
       v = operand.quantize_view(v, o.q, keys.pop(0) if sr else None)
     quantized.append(v)
   out = operand.view_dot(*quantized, len(ab))
-  return operand.unview(out, a.shape, b.shape, dims)
+  return operand.unview(out, a.shape, b.shape, dims), quantized[1]
 
 
 def record(name: str, pair, a, b) -> None:
