@@ -11,6 +11,11 @@ reported as medians and as ratios to the ``bf16`` recipe's median (every
 operand of the three GEMMs rounded to bfloat16), with ``float32`` (no
 recipe: every GEMM as given) for scale.
 
+Compile time: each step's first call (tracing, lowering, XLA's compile and
+one run, with JAX's caches cleared first so that no recipe reuses another's
+traced pieces), minus the step's median, also as a ratio to bf16's. The
+first calls run in a shuffled order too, before the timed rounds.
+
 On a CPU every narrow GEMM is emulated (quantize, exact dequantize, float32
 product), so the ratios say what each recipe's quantization costs, not what
 it would gain on hardware with narrow tensor cores.
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import platform
+import random
+import time
 
 import jax
 import jax.numpy as jnp
@@ -93,23 +100,32 @@ def main(argv: list[str] | None = None) -> int:
         for ki in k[2:]]
   names = ["float32", "bf16"] + [n for n in args.recipes
                                  if n not in ("float32", "bf16")]
-  fns = {}
-  for name in names:
+  fns, first = {}, {}
+  order = list(names)
+  random.Random(0).shuffle(order)
+  for name in order:
     recipe = None if name == "float32" else recipes.get_recipe(name)
     states = [None if recipe is None else recipes.init_state(recipe)
               for _ in ws]
-    step = _step(recipe, args.layers)
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    step = _step(recipe, args.layers).lower(ws, states, x, y).compile()
+    jax.block_until_ready(step(ws, states, x, y))
+    first[name] = time.perf_counter() - t0
     fns[name] = (lambda step=step, states=states: step(ws, states, x, y))
   med = timing.interleaved_medians(fns, repeats=args.repeats,
                                    warmup=1 if args.quick else 2)
+  comp = {n: max(first[n] - med[n], 0.0) for n in names}
   print(f"# training step (forward + backward), {args.layers} Dense layers "
         f"{args.width} x {args.width}, batch {args.batch}, jax "
         f"{jax.__version__}, {jax.default_backend()}, "
         f"{platform.processor() or platform.machine()}")
   print("ratios: median step time over the same-run median of the bf16 "
-        f"step ({args.repeats} rounds, each in a fresh order)\n")
+        f"step ({args.repeats} rounds, each in a fresh order); compile: "
+        "first call (caches cleared) minus the median\n")
   print(timing.markdown_table(
-      ["recipe", "step ms", "/ bf16"],
-      [[n, f"{med[n] * 1e3:.2f}", f"{med[n] / med['bf16']:.2f}x"]
+      ["recipe", "step ms", "/ bf16", "compile s", "/ bf16"],
+      [[n, f"{med[n] * 1e3:.2f}", f"{med[n] / med['bf16']:.2f}x",
+        f"{comp[n]:.2f}", f"{comp[n] / comp['bf16']:.2f}x"]
        for n in names]))
   return 0
