@@ -1,8 +1,10 @@
 """The value paths the recipes' emulated GEMMs multiply equal the
 quantizers' codes and scales decoded, bit for bit: ``nvfp4.values`` against
-``nvfp4.dequantize(*nvfp4.quantize(...))`` in both of its branches (plain
-float32 arithmetic, and the exact integer forms for tiny tensors), every
-block shape, tensor scale and rounding, NaN, Inf and subnormal inputs."""
+``nvfp4.dequantize(*nvfp4.quantize(...))`` and ``blockwise.values`` against
+``blockwise.dequantize(*blockwise.quantize(...))``, in both of their
+branches (plain float32 arithmetic, and the exact integer forms for tiny
+tensors), every block shape, scale and rounding, NaN, Inf and subnormal
+inputs."""
 from __future__ import annotations
 
 import jax
@@ -11,6 +13,7 @@ from jax import lax
 import numpy as np
 import pytest
 
+from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import nvfp4
 
 
@@ -75,3 +78,18 @@ def test_the_plain_branch_below_its_bound_would_be_wrong(monkeypatch):
   finally:
     jax.clear_caches()
   assert (got != want).any()
+
+
+@pytest.mark.parametrize("scale", ["pow2", "float32"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("block", [(1, 16), (16, 16), (1, 128)])
+def test_blockwise_values_are_the_decoded_quantization(block, fmt, scale):
+  values = jax.jit(blockwise.values, static_argnames=("block", "fmt",
+                                                      "scale"))
+  cases = dict(INPUTS, below_plain=INPUTS["wide"] / jnp.max(
+      jnp.abs(INPUTS["wide"])) * 2.0**-85)
+  for name, x in cases.items():
+    codes, scales = blockwise.quantize(x, block=block, fmt=fmt, scale=scale)
+    want = blockwise.dequantize(codes, scales, block=block)
+    got = values(x, block=block, fmt=fmt, scale=scale)
+    np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)

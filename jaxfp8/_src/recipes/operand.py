@@ -115,9 +115,7 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
   if q.kind in ("cast", "tensor"):
     return dequantize_elementwise(*quantize_tensor(v, q))
   if q.kind == "block":
-    codes, scales = blockwise.quantize(v, block=q.block, fmt=q.format,
-                                       scale=q.scale)
-    return blockwise.dequantize(codes, scales, block=q.block)
+    return blockwise.values(v, block=q.block, fmt=q.format, scale=q.scale)
   if q.kind == "nvfp4":
     rand = stochastic_bits(q.rounding, key, v.shape, fn="dot_general")
     return nvfp4.values(v, rand, q.block, tensor_scale=q.scale,
