@@ -1,7 +1,8 @@
 """The value paths the recipes' emulated GEMMs multiply equal the
 quantizers' codes and scales decoded, bit for bit: ``nvfp4.values`` against
 ``nvfp4.dequantize(*nvfp4.quantize(...))`` and ``blockwise.values`` against
-``blockwise.dequantize(*blockwise.quantize(...))``, in both of their
+``blockwise.dequantize(*blockwise.quantize(...))``, the MX formats'
+``quantize.values`` against ``quantize(...).dequantize()``, in both of their
 branches (plain float32 arithmetic, and the exact integer forms for tiny
 tensors), every block shape, scale and rounding, NaN, Inf and subnormal
 inputs."""
@@ -13,8 +14,11 @@ from jax import lax
 import numpy as np
 import pytest
 
+from jaxfp8._src.mx import array as mx_array
 from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import nvfp4
+from jaxfp8._src.mx import quantize as mx_quantize
+from jaxfp8._src.mx.formats import get_format
 
 
 def _bits(a):
@@ -92,4 +96,21 @@ def test_blockwise_values_are_the_decoded_quantization(block, fmt, scale):
     codes, scales = blockwise.quantize(x, block=block, fmt=fmt, scale=scale)
     want = blockwise.dequantize(codes, scales, block=block)
     got = values(x, block=block, fmt=fmt, scale=scale)
+    np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["floor", "rceil"])
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3",
+                                 "mxfp6_e3m2", "mxfp4_e2m1", "mxint8",
+                                 "nvfp4"])
+def test_mx_values_are_the_decoded_quantization(fmt, mode):
+  mx = get_format(fmt)
+  block = 16 if fmt == "nvfp4" else 32
+  cases = dict(INPUTS, small=INPUTS["wide"] * 2.0**-120,
+               ragged=INPUTS["specials"][:, :70])
+  for name, x in cases.items():
+    want = mx_array.quantize(x, fmt, axis=0, scale_mode=mode, pad=True
+                             ).dequantize()
+    got = mx_quantize.values(x, mx, block_size=block, axis=-2,
+                             scale_mode=mode)
     np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)

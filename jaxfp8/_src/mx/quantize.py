@@ -37,6 +37,7 @@ from jaxfp8._src.mx import tuning
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.mx.formats import INT8
 from jaxfp8._src.mx.formats import MXFormat
+from jaxfp8._src.numerics import rounding as rounding_lib
 
 U32, I32 = bits_lib.U32, bits_lib.I32
 
@@ -197,6 +198,81 @@ def quantize_blocks(x32: jax.Array, mx: MXFormat, *, block_size: int,
   """
   return _quantize_jit(x32, rand, mx.name, block_size, axis, scale_mode,
                        rounding)
+
+
+# -- quantize and decode in one pass -------------------------------------------
+
+def _fast_values(xb, k, mx: MXFormat):
+  """float32 values of the fast path's codes times 2^k, from x itself: x
+  rounded to the element grid scaled by 2^k (the same rounding, since the
+  scale is a power of two), saturated at max * 2^k. Valid where the fast
+  path is (``k`` clipped at :func:`elements_lib.fast_min_exponent`, so
+  every quantity below is a normal float32)."""
+  elem = mx.element
+  m, emin = elem.mantissa_bits, elem.min_exponent
+  bits = lax.bitcast_convert_type(xb, U32)
+  mag = bits & 0x7FFFFFFF
+  k = k[..., None]
+  sh = 23 - m
+  hi = (mag + U32((1 << (sh - 1)) - 1) + ((mag >> sh) & 1)) & U32(
+      (0xFFFFFFFF >> sh) << sh)
+  z = lax.bitcast_convert_type(mag, jnp.float32) * bits_lib.pow2_float(
+      m - emin - k)
+  lo = bits_lib.nearest_integer(z).astype(I32).astype(
+      jnp.float32) * bits_lib.pow2_float(emin - m + k)
+  normal = mag >= ((emin + 127 + k) << 23).astype(U32)
+  r = jnp.where(normal, hi, lax.bitcast_convert_type(lo, U32))
+  top = (U32(rounding_lib.f32_bits(elem.max)) + (k << 23).astype(U32))
+  r = jnp.minimum(r, top)
+  return lax.bitcast_convert_type(r | (bits & U32(bits_lib.SIGN)),
+                                  jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _values_jit(x, fmt_name: str, block_size: int, axis: int, mode: str):
+  mx = get_format(fmt_name)
+  n = x.shape[axis]
+  xp = _padded(x, axis, block_size)
+  amax = scales_lib.block_max(lax.bitcast_convert_type(xp, U32), block_size)
+  xb = _blocks(xp, block_size)
+  _, k = scales_lib.e8m0_scales(amax, mx, mode)
+  k_min = elements_lib.fast_min_exponent(mx)
+  bad = amax >= bits_lib.INF
+  fast_ok = jnp.all(bad | (amax == 0) | (k >= k_min))
+
+  def fast(xb, k):
+    v = _fast_values(xb, jnp.clip(k, k_min, 127), mx)
+    return jnp.where(bad[..., None], np.float32(np.nan), v)
+
+  def exact(xb, k):
+    del k
+    data, sc, ts = _quantize_jit(xp, None, fmt_name, block_size, -1, mode,
+                                 "nearest")
+    out = _dequantize_jit(data, sc, ts, fmt_name, -1, xp.shape[-1],
+                          block_size)
+    return _blocks(out, block_size)
+
+  out = lax.cond(fast_ok, fast, exact, xb, k)
+  out = mx_pack.merge_last(out)[..., :n]
+  return jnp.moveaxis(out, -1, axis)
+
+
+def values(x32: jax.Array, mx: MXFormat, *, block_size: int, axis: int,
+           scale_mode: str) -> jax.Array:
+  """float32 values of ``x32`` quantized into ``mx`` (nearest even) and
+  decoded: :func:`dequantize_blocks` of :func:`quantize_blocks` bit for bit,
+  without packing or storing codes. What the recipes' emulated MX GEMMs
+  multiply; nvfp4 and MXINT8 take the two steps.
+
+  Arguments as :func:`quantize_blocks` takes them (checked by the caller;
+  ``axis`` negative, padded to whole blocks and cut back).
+  """
+  if not mx.power_of_two_scales or mx.element is INT8:
+    data, sc, ts = quantize_blocks(x32, mx, block_size=block_size, axis=axis,
+                                   scale_mode=scale_mode, rounding="nearest")
+    return dequantize_blocks(data, sc, ts, mx, axis=axis,
+                             length=x32.shape[axis], block_size=block_size)
+  return _values_jit(x32, mx.name, block_size, axis, scale_mode)
 
 
 # -- dequantize ----------------------------------------------------------------

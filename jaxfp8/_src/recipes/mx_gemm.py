@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from jaxfp8._src.mx import array as mx_lib
+from jaxfp8._src.mx import quantize as mx_quantize
 from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.numerics.rounding import operand_float32
@@ -117,11 +118,17 @@ def _qdq(x, axes: tuple[int, ...], fmt: str | None, recipe: MXRecipe, *,
   xt = x32.transpose(perm)
   lead = xt.shape[:len(rest)]
   k = math.prod(xt.shape[len(rest):])
-  q = mx_lib.quantize(
-      xt.reshape(lead + (k,)), fmt, block_size=recipe.block_size,
-      scale_mode=recipe.scale_mode,
-      rounding="nearest" if key is None else "stochastic", key=key, pad=True)
-  out = lax.stop_gradient(q.dequantize()).reshape(xt.shape)
+  flat = xt.reshape(lead + (k,))
+  if key is None:  # decoded in one pass, no packed storage
+    out = mx_quantize.values(flat, get_format(fmt),
+                             block_size=block_size_of(recipe, fmt), axis=-1,
+                             scale_mode=recipe.scale_mode)
+  else:
+    out = mx_lib.quantize(flat, fmt, block_size=recipe.block_size,
+                          scale_mode=recipe.scale_mode,
+                          rounding="stochastic", key=key,
+                          pad=True).dequantize()
+  out = lax.stop_gradient(out).reshape(xt.shape)
   return out.transpose(np.argsort(perm))
 
 
