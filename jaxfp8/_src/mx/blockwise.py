@@ -61,6 +61,7 @@ from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.mx import f32
+from jaxfp8._src.mx import scales as mx_scales
 
 ScaleKind = Literal["pow2", "float32"]
 SCALES: tuple[str, ...] = ("pow2", "float32")
@@ -131,7 +132,16 @@ def untiles(t: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 def tile_amax(t: jax.Array) -> jax.Array:
   """uint32 bits of each tile's largest magnitude; NaN sorts above Inf, so
-  a tile holding either has amax bits >= Inf's."""
+  a tile holding either has amax bits >= Inf's.
+
+  Tiles of one row go through :func:`jaxfp8._src.mx.scales.block_max`, the
+  reduce XLA on CPU vectorizes (a reduce over the minor axis of the tiles
+  runs element by element).
+  """
+  *lead, mb, bm, kb, bk = t.shape
+  if bm == 1:
+    flat = lax.bitcast_convert_type(t, U32).reshape(*lead, mb, kb * bk)
+    return mx_scales.block_max(flat, bk)
   mag = lax.bitcast_convert_type(t, U32) & 0x7FFFFFFF
   return jnp.max(mag, axis=(-3, -1))
 

@@ -110,15 +110,6 @@ def _te_scales(good_max):
   return lax.bitcast_convert_type(bs, jnp.uint8), enc, s_dec
 
 
-def _block_max(t, block):
-  """uint32 block maxima (..., Mb, Kb) of tiles ``t``; rows of 1 x bk through
-  :func:`mx_scales.block_max`, the reduce XLA on CPU vectorizes."""
-  bm, bk = block
-  if bm != 1:
-    return blockwise.tile_amax(t)
-  *lead, m, _, kb, _ = t.shape
-  flat = lax.bitcast_convert_type(t, U32).reshape(*lead, m, kb * bk)
-  return mx_scales.block_max(flat, bk)
 
 
 def quantize_tiles(x: jax.Array, rand: jax.Array | None,
@@ -159,7 +150,7 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
   t = blockwise.tiles(x, block)
   if rand is not None:
     rand = blockwise.tiles(rand, block)
-  bmax = _block_max(t, block)
+  bmax = blockwise.tile_amax(t)
   bad = bmax >= bits_lib.INF
 
   def done(codes, bad):
@@ -263,7 +254,7 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
   if tensor_scale != "te":
     return exact(x, rand)
   t = blockwise.tiles(x, block)
-  bmax = _block_max(t, block)
+  bmax = blockwise.tile_amax(t)
   amax = jnp.max(jnp.where(bmax >= bits_lib.INF, U32(0), bmax),
                  initial=U32(0))
   plain = (amax == 0) | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX))
