@@ -41,6 +41,7 @@ from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import elements
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
 
@@ -161,11 +162,16 @@ def prepare(x32, q: Optional[Quantizer], state=None) -> Op:
 
 
 def _narrow(c):
-  """A narrow operand XLA can multiply: 8-bit native formats as they are;
-  float4 (no CPU dot) and CodeArrays (float6) decoded to float32, exactly."""
+  """A narrow operand XLA can multiply: 8-bit native formats as they are
+  (decoded by bit operations on CPU, where XLA's dot would convert them,
+  more slowly, itself); float4 (no CPU dot) and CodeArrays (float6) decoded
+  to float32, exactly."""
   if isinstance(c, CodeArray):
     return decode(c, jnp.float32)
   if np.dtype(c.dtype).itemsize == 1 and formats.get(c.dtype).bits == 8:
+    if jax.default_backend() == "cpu" and np.dtype(c.dtype) in _FP8:
+      return elements.fp8_values(lax.bitcast_convert_type(c, jnp.uint8),
+                                 formats.get(c.dtype))
     return c
   return c.astype(jnp.float32)
 
