@@ -206,13 +206,13 @@ def _fast_values(xb, k, mx: MXFormat):
   """float32 values of the fast path's codes times 2^k, from x itself: x
   rounded to the element grid scaled by 2^k (the same rounding, since the
   scale is a power of two), saturated at max * 2^k. Valid where the fast
-  path is (``k`` clipped at :func:`elements_lib.fast_min_exponent`, so
-  every quantity below is a normal float32)."""
+  path is (``k``, broadcastable against ``xb``, clipped at
+  :func:`elements_lib.fast_min_exponent`, so every quantity below is a
+  normal float32)."""
   elem = mx.element
   m, emin = elem.mantissa_bits, elem.min_exponent
   bits = lax.bitcast_convert_type(xb, U32)
   mag = bits & 0x7FFFFFFF
-  k = k[..., None]
   sh = 23 - m
   hi = (mag + U32((1 << (sh - 1)) - 1) + ((mag >> sh) & 1)) & U32(
       (0xFFFFFFFF >> sh) << sh)
@@ -230,31 +230,45 @@ def _fast_values(xb, k, mx: MXFormat):
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _values_jit(x, fmt_name: str, block_size: int, axis: int, mode: str):
+  # Blocks are cut along `axis` where it lies (no transposes: a GEMM's
+  # operand is quantized along its contracting axis in its own layout).
   mx = get_format(fmt_name)
+  axis %= x.ndim
   n = x.shape[axis]
-  xp = _padded(x, axis, block_size)
-  amax = scales_lib.block_max(lax.bitcast_convert_type(xp, U32), block_size)
-  xb = _blocks(xp, block_size)
+  n_pad = -(-n // block_size) * block_size
+  xp = x
+  if n_pad != n:
+    xp = jnp.pad(x, [(0, 0)] * axis + [(0, n_pad - n)]
+                 + [(0, 0)] * (x.ndim - axis - 1))
+  blocked = x.shape[:axis] + (n_pad // block_size, block_size) + x.shape[
+      axis + 1:]
+  xb = xp.reshape(blocked)
+  if axis == x.ndim - 1:
+    amax = scales_lib.block_max(lax.bitcast_convert_type(xp, U32),
+                                block_size)
+  else:  # a reduce over a major axis: XLA vectorizes it along the minor one
+    amax = jnp.max(lax.bitcast_convert_type(xb, U32) & 0x7FFFFFFF,
+                   axis=axis + 1)
   _, k = scales_lib.e8m0_scales(amax, mx, mode)
   k_min = elements_lib.fast_min_exponent(mx)
   bad = amax >= bits_lib.INF
   fast_ok = jnp.all(bad | (amax == 0) | (k >= k_min))
 
   def fast(xb, k):
-    v = _fast_values(xb, jnp.clip(k, k_min, 127), mx)
-    return jnp.where(bad[..., None], np.float32(np.nan), v)
+    v = _fast_values(xb, jnp.expand_dims(jnp.clip(k, k_min, 127), axis + 1),
+                     mx)
+    return jnp.where(jnp.expand_dims(bad, axis + 1), np.float32(np.nan), v)
 
   def exact(xb, k):
     del k
-    data, sc, ts = _quantize_jit(xp, None, fmt_name, block_size, -1, mode,
-                                 "nearest")
-    out = _dequantize_jit(data, sc, ts, fmt_name, -1, xp.shape[-1],
-                          block_size)
-    return _blocks(out, block_size)
+    last = axis - x.ndim
+    data, sc, ts = _quantize_jit(xb.reshape(xp.shape), None, fmt_name,
+                                 block_size, last, mode, "nearest")
+    out = _dequantize_jit(data, sc, ts, fmt_name, last, n_pad, block_size)
+    return out.reshape(blocked)
 
-  out = lax.cond(fast_ok, fast, exact, xb, k)
-  out = mx_pack.merge_last(out)[..., :n]
-  return jnp.moveaxis(out, -1, axis)
+  out = lax.cond(fast_ok, fast, exact, xb, k).reshape(xp.shape)
+  return lax.slice_in_dim(out, 0, n, axis=axis)
 
 
 def values(x32: jax.Array, mx: MXFormat, *, block_size: int, axis: int,
@@ -265,7 +279,8 @@ def values(x32: jax.Array, mx: MXFormat, *, block_size: int, axis: int,
   multiply; nvfp4 and MXINT8 take the two steps.
 
   Arguments as :func:`quantize_blocks` takes them (checked by the caller;
-  ``axis`` negative, padded to whole blocks and cut back).
+  ``axis`` padded to whole blocks and cut back). The blocks are cut along
+  ``axis`` in ``x32``'s own layout, any axis, without moving it.
   """
   if not mx.power_of_two_scales or mx.element is INT8:
     data, sc, ts = quantize_blocks(x32, mx, block_size=block_size, axis=axis,

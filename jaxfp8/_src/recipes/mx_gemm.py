@@ -113,6 +113,10 @@ def _qdq(x, axes: tuple[int, ...], fmt: str | None, recipe: MXRecipe, *,
   if fmt is None:
     return x32
   axes = tuple(a % x32.ndim for a in axes)
+  if key is None and len(axes) == 1:  # in place: no transposes
+    return lax.stop_gradient(mx_quantize.values(
+        x32, get_format(fmt), block_size=block_size_of(recipe, fmt),
+        axis=axes[0], scale_mode=recipe.scale_mode))
   rest = tuple(a for a in range(x32.ndim) if a not in axes)
   perm = rest + axes
   xt = x32.transpose(perm)
