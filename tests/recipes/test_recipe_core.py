@@ -11,6 +11,8 @@ code with the core.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,15 +59,22 @@ def _unrht64(v, signs):
   return (np.einsum("ij,...j->...i", _h16(), chunks) * s / 4).reshape(v.shape)
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _tensor_values(v, q, state):
+  # Jitted: run op by op, per-tensor scaling compiled a program per operation
+  # (the block quantizers below are jitted functions of their own).
+  if q.kind == "cast":
+    return v.astype(q.format).astype(jnp.float32)
+  s = state if q.delayed else policy.CurrentScaling(
+      q.format, q.margin, q.scale == "pow2")
+  c, scale = policy.quantize(v, q.format, s.scale_for(v)), s.scale_for(v)
+  return policy.dequantize(c, scale)
+
+
 def _values(v, q, key, state):
   """float32 values of the view ``v`` (..., M, K) quantized by ``q``."""
-  if q.kind == "cast":
-    return np.asarray(v.astype(q.format).astype(jnp.float32))
-  if q.kind == "tensor":
-    s = state if q.delayed else policy.CurrentScaling(
-        q.format, q.margin, q.scale == "pow2")
-    c, scale = policy.quantize(v, q.format, s.scale_for(v)), s.scale_for(v)
-    return np.asarray(policy.dequantize(c, scale))
+  if q.kind in ("cast", "tensor"):
+    return np.asarray(_tensor_values(v, q, state))
   if q.kind == "mx":
     return np.asarray(mx.quantize(
         v, q.format, block_size=q.block_size, scale_mode=q.scale,
@@ -90,7 +99,7 @@ def quantized64(t, batch, contract, q, *, key=None, signs=None, state=None):
   nb, nf = len(batch), len(free)
   shape = tt.shape[:nb] + (int(np.prod(tt.shape[nb:nb + nf])),
                            int(np.prod(tt.shape[nb + nf:])))
-  v = jnp.asarray(tt.reshape(shape))
+  v = jax.device_put(tt.reshape(shape))
   if signs is not None:
     v = hadamard.rht(v, signs)
   out = _values(v, q, key, state).astype(np.float64)
@@ -222,8 +231,8 @@ def test_delayed_state_gradient_is_the_next_state():
   step = jax.jit(jax.grad(lambda w, s: (recipes.dot_general(
       x, w, dims, recipe="fp8_delayed", state=s) ** 2).sum(), (0, 1)))
   gw, new = step(w, state)
-  y = np.asarray(recipes.dot_general(x, w, dims, recipe="fp8_delayed",
-                                     state=state), np.float64)
+  y = np.asarray(jax.jit(lambda w, s: recipes.dot_general(
+      x, w, dims, recipe="fp8_delayed", state=s))(w, state), np.float64)
   amaxes = {"x": np.abs(x).max(), "w": np.abs(w).max(),
             "dy": np.abs(2 * y).max()}
   assert sorted(new) == ["dy", "w", "x"]
@@ -295,15 +304,23 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_dtypes_narrow_results_saturate_and_bf16_operands():
-  x = jnp.asarray(np.full((16, 32), 100.0, np.float32))
-  w = jnp.asarray(np.full((32, 8), 100.0, np.float32))
+  x = np.full((16, 32), 100.0, np.float32)
+  w = np.full((32, 8), 100.0, np.float32)
   dims = (((1,), (0,)), ((), ()))
-  y = recipes.dot_general(x, w, dims, preferred_element_type="e4m3",
-                          recipe="fp8_blockwise")
+  # Jitted: op by op, these two GEMMs and their gradients compiled a program
+  # per operation.
+  y = jax.jit(lambda a, b: recipes.dot_general(
+      a, b, dims, preferred_element_type="e4m3", recipe="fp8_blockwise"))(x, w)
   assert y.dtype == jnp.float8_e4m3fn
-  assert float(y.astype(jnp.float32)[0, 0]) == 448
-  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-  yb, vjp = jax.vjp(lambda a, b: recipes.dot_general(
-      a, b, dims, recipe="fp8_current"), xb, wb)
+  assert float(np.asarray(y, np.float32)[0, 0]) == 448
+
+  @jax.jit
+  def bf16_gemms(a, b):
+    yb, vjp = jax.vjp(lambda a, b: recipes.dot_general(
+        a, b, dims, recipe="fp8_current"), a, b)
+    return yb, vjp(yb)
+
+  # Cast in NumPy (ml_dtypes): an eager cast compiles.
+  yb, grads = bf16_gemms(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
   assert yb.dtype == jnp.bfloat16
-  assert [t.dtype for t in vjp(yb)] == [jnp.bfloat16, jnp.bfloat16]
+  assert [t.dtype for t in grads] == [jnp.bfloat16, jnp.bfloat16]
