@@ -53,6 +53,12 @@ _LONG_FIRST = (
     "tests/test_wheel.py",
     "tests/test_checkpoint.py",
     "tests/tools/test_cli.py::test_bench_random_leaves_out_rows_that_cannot_exist",
+    "tests/tools/test_cli.py::test_command_line_errors_are_one_line_not_tracebacks",
+    "tests/random/test_random_api.py::test_out_sharding_same_samples_on_four_devices",
+    "tests/random/test_random_api.py::test_vmap_over_keys",
+    "tests/numerics/test_properties.py::test_es",
+    "tests/numerics/test_hardening.py::test_float6_codearray_into_jnp_asarray",
+    "tests/random/test_random_scipy_laws.py::test_import_without_scipy",
 )
 
 
