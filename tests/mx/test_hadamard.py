@@ -114,3 +114,19 @@ def test_bad_arguments_raise():
     hadamard.rht(np.ones((2, 16), np.float32), TE_SIGNS, inverse="yes")
   with pytest.raises(TypeError, match="key"):
     hadamard.random_signs(3)
+
+
+@pytest.mark.parametrize("inverse", [False, True])
+def test_the_transform_along_a_major_axis_is_the_transposed_one(inverse):
+  # rht(x, axis=0) is what the recipes apply to an operand contracted along
+  # its first axis, in place of rht of its transpose: the same bits.
+  x = jax.random.normal(jax.random.key(5), (48, 32, 3))
+  s = hadamard.random_signs(jax.random.key(6))
+  for axis in (0, 1):
+    got = hadamard.rht(x, s, inverse=inverse, axis=axis)
+    want = jnp.moveaxis(hadamard.rht(jnp.moveaxis(x, axis, -1), s,
+                                     inverse=inverse), -1, axis)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
+                                  np.asarray(want).view(np.uint32))
+  with pytest.raises(ValueError, match="axis 2 .* multiple of 16"):
+    hadamard.rht(x, s, axis=2)

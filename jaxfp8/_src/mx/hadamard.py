@@ -35,8 +35,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
+from jaxfp8._src.mx import array as mx_array
 from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 
@@ -72,52 +74,59 @@ def random_signs(key: jax.Array, n: int = SIZE) -> jax.Array:
                    np.float32(-1))
 
 
-def _walsh_hadamard(x):
-  """``H x`` over the last axis (length a power of two), Sylvester order:
-  H_2n = [[H_n, H_n], [H_n, -H_n]] is a sum and a difference of halves."""
-  n = x.shape[-1]
-  lead = x.shape[:-1]
+def _walsh_hadamard(x, axis: int):
+  """``H x`` over ``axis`` (length a power of two, non-negative), Sylvester
+  order: H_2n = [[H_n, H_n], [H_n, -H_n]] is a sum and a difference of
+  halves. Along a major axis XLA vectorizes the stages along the minor one."""
+  n = x.shape[axis]
+  lead, trail = x.shape[:axis], x.shape[axis + 1:]
   h = 1
   while h < n:
-    y = x.reshape(*lead, n // (2 * h), 2, h)
-    a, b = y[..., 0, :], y[..., 1, :]
-    x = jnp.stack([a + b, a - b], axis=-2).reshape(*lead, n)
+    y = x.reshape(*lead, n // (2 * h), 2, h, *trail)
+    a = lax.index_in_dim(y, 0, axis + 1, keepdims=False)
+    b = lax.index_in_dim(y, 1, axis + 1, keepdims=False)
+    x = jnp.stack([a + b, a - b], axis=axis + 1).reshape(x.shape)
     h *= 2
   return x
 
 
-@functools.partial(jax.jit, static_argnums=(2,))
-def _rht_jit(x, signs, inverse: bool):
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _rht_jit(x, signs, inverse: bool, axis: int):
   n = signs.shape[0]
-  chunks = x.reshape(*x.shape[:-1], x.shape[-1] // n, n)
+  chunks = x.reshape(*x.shape[:axis], x.shape[axis] // n, n,
+                     *x.shape[axis + 1:])
+  signs = signs.reshape((n,) + (1,) * (x.ndim - axis - 1))
   scale = np.float32(1 / np.sqrt(n))  # exact for powers of four (16)
   if inverse:
-    out = signs * (_walsh_hadamard(chunks) * scale)
+    out = signs * (_walsh_hadamard(chunks, axis + 1) * scale)
   else:
-    out = _walsh_hadamard(chunks * signs) * scale
+    out = _walsh_hadamard(chunks * signs, axis + 1) * scale
   return out.reshape(x.shape)
 
 
-def rht(x: Any, signs: Any, *, inverse: bool = False) -> jax.Array:
-  """The random Hadamard transform of every chunk of the last axis.
+def rht(x: Any, signs: Any, *, inverse: bool = False,
+        axis: int = -1) -> jax.Array:
+  """The random Hadamard transform of every chunk of ``axis`` (the last).
 
   Each chunk ``v`` of ``len(signs)`` consecutive elements (16 for NVFP4)
   becomes ``(1/4) H16 diag(signs) v``; with ``inverse=True`` it becomes
   ``(1/4) diag(signs) H16 v``, the transpose, which undoes the transform.
 
   Args:
-    x: real array; its last axis is a multiple of ``len(signs)``.
+    x: real array; its ``axis`` is a multiple of ``len(signs)``.
     signs: float32 vector of +-1 (:func:`random_signs`, :data:`TE_SIGNS`)
       whose length is a power of two.
     inverse: apply the inverse (transpose) instead.
+    axis: the transformed axis; the same arithmetic along any axis, so
+      ``rht(x, s, axis=0)`` is ``rht(x.T, s).T`` bit for bit.
 
   Returns:
     float32 array of ``x``'s shape.
 
   Raises:
     TypeError: non-numeric ``x`` or ``signs``, a non-bool ``inverse``.
-    ValueError: ``signs`` not a vector of power-of-two length, a last axis of
-      ``x`` that is not a multiple of it.
+    ValueError: ``signs`` not a vector of power-of-two length, an ``axis``
+      out of range or whose length is not a multiple of it.
 
   >>> import jax.numpy as jnp
   >>> x = jnp.arange(16.0)
@@ -136,10 +145,14 @@ def rht(x: Any, signs: Any, *, inverse: bool = False) -> jax.Array:
     raise ValueError(f"`signs` argument to `{fn}` must be a vector whose "
                      f"length is a power of two (16 for NVFP4), got shape "
                      f"{signs.shape}")
-  if x.ndim == 0 or x.shape[-1] % n:
-    raise ValueError(f"`x` argument to `{fn}` must have a last axis that is a "
-                     f"multiple of {n}, got shape {x.shape}")
-  return _rht_jit(x, signs, inverse)
+  if x.ndim == 0:
+    raise ValueError(f"`x` argument to `{fn}` must have an axis that is a "
+                     f"multiple of {n}, got a scalar")
+  axis = mx_array.check_axis(axis, x.ndim, fn=fn) % x.ndim
+  if x.shape[axis] % n:
+    raise ValueError(f"`x` argument to `{fn}` must have an axis {axis} that "
+                     f"is a multiple of {n}, got shape {x.shape}")
+  return _rht_jit(x, signs, inverse, axis)
 
 
 __all__ = ["SIZE", "TE_SIGNS", "random_signs", "rht"]

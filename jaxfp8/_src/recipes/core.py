@@ -149,11 +149,11 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   gemm.record("fwd", r.fwd, lhs, rhs)
   (_, rc), _ = static.dims
   share = gemm.shares_view(r.fwd[1], r.dgrad[1], rc)
-  out, w_view = gemm.multiply(a, b, static.dims, static.run, kf,
-                              keep_view=True)
-  if share and w_view is not None:
-    # Square weight blocks: dgrad multiplies this view's transpose.
-    w_kept = gemm.KeptView(jnp.swapaxes(w_view, -1, -2), tuple(rhs.shape))
+  out, w_values = gemm.multiply(a, b, static.dims, static.run, kf,
+                                keep_b=True)
+  if share and w_values is not None:
+    # Square weight blocks: dgrad multiplies these quantized values.
+    w_kept = gemm.KeptView(w_values)
   else:
     w_kept = _kept(b, r.dgrad[1], rhs)
   res = (_kept(a, r.wgrad[0], lhs), w_kept, kb, state, nxt)

@@ -105,49 +105,45 @@ def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Op:
-  """A GEMM operand: float32 values, and codes and scale where kept, or
-  the quantized GEMM view (``view``, of an operand of ``view_of`` shape)
-  another GEMM made of it (:func:`shares_view`)."""
+  """A GEMM operand: float32 values, and codes and scale where kept; with
+  ``quantized``, ``x`` holds the values quantized already (another GEMM's,
+  :func:`shares_view`)."""
   x: Any
   q: Optional[Quantizer]
   codes: Any = None
   scale: Any = None
-  view: Any = None
-  view_of: Optional[tuple[int, ...]] = None
+  quantized: bool = False
 
   @property
   def shape(self) -> tuple[int, ...]:
-    if self.view is not None:
-      return self.view_of
     return tuple((self.x if self.x is not None else self.codes).shape)
 
 
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
 class KeptView:
-  """A quantized GEMM view kept for another GEMM (a residual of the core's
-  custom VJP), and the shape of the operand it is a view of."""
-  view: Any
-  shape: tuple[int, ...]
+  """An operand's quantized values, in its own layout, kept for another
+  GEMM that quantizes it alike (a residual of the core's custom VJP)."""
+  values: Any
 
   def tree_flatten(self):
-    return (self.view,), self.shape
+    return (self.values,), None
 
   @classmethod
-  def tree_unflatten(cls, shape, children):
-    return cls(children[0], shape)
+  def tree_unflatten(cls, _, children):
+    return cls(children[0])
 
   def op(self, q: Optional[Quantizer]) -> "Op":
-    return Op(None, q, view=self.view, view_of=self.shape)
+    return Op(self.values, q, quantized=True)
 
 
 def shares_view(q: Optional[Quantizer], q_next: Optional[Quantizer],
                 contract) -> bool:
-  """Whether the quantized view of an operand in one GEMM, its last two
-  axes swapped, is its quantized view in a GEMM that contracts its free
-  dims instead: square blocks (the same tiles either way, and a tensor
-  scale over the whole operand), quantized alike, without randomness, and
-  contracting dims in order (the free ones are flattened in order)."""
+  """Whether an operand's quantized values in one GEMM are its quantized
+  values in a GEMM that contracts its free dims instead: square blocks (the
+  same tiles either way, and a tensor scale over the whole operand),
+  quantized alike, without randomness, and contracting dims in order (the
+  free ones are flattened in order)."""
   return (q is not None and q == q_next and q.kind in ("block", "nvfp4")
           and q.block[0] == q.block[1] and not q.stochastic
           and q.transform is None and list(contract) == sorted(contract))
@@ -195,12 +191,15 @@ def _keys(key, n: int) -> list:
 
 
 def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key, *,
-             keep_view: bool = False):
+             keep_b: bool = False):
   """``dot_general(a, b, dims)`` of the quantized operands, float32; with
-  ``keep_view``, ``(product, b's quantized view or None)``."""
+  ``keep_b``, ``(product, b's quantized values in its own layout, or None
+  where the product didn't make them)``."""
   qa, qb = a.q, b.q
-  out, view = None, None
-  if all(elementwise(q) and q.kind == "tensor" for q in (qa, qb)):
+  out, b_values = None, None
+  if a.quantized or b.quantized:
+    pass  # values quantized already: multiplied as they are, below
+  elif all(elementwise(q) and q.kind == "tensor" for q in (qa, qb)):
     out = _codes_dot(a.codes, b.codes, dims) * a.scale * b.scale
   elif mx_pair(qa, qb):
     out = gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
@@ -208,22 +207,31 @@ def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key, *,
   elif blockwise_pair(qa, qb):
     out = _blockwise_kernel(a, b, dims, run)
   if out is None:
-    out, view = _dequantized_product(a, b, dims, key)
-  return (out, view) if keep_view else out
+    out, b_values = _dequantized_product(a, b, dims, key)
+  return (out, b_values) if keep_b else out
 
 
 def dequantized_product(a: Op, b: Op, dims, key) -> jax.Array:
   """``dot_general(a, b, dims)`` of the exact dequantized values, float32 at
   HIGHEST: in the operands' own layout where every quantizer is elementwise
-  or None, else in the GEMM's view, transformed first where the quantizers
-  say so. The product every other path of :func:`multiply` must equal up
-  to summation order."""
+  or None or both are matrices with one contracting dim (quantized along
+  it in place), else in the GEMM's view; transformed first where the
+  quantizers say so. The product every other path of :func:`multiply` must
+  equal up to summation order."""
   return _dequantized_product(a, b, dims, key)[0]
 
 
+def _in_place(a: Op, b: Op, dims) -> bool:
+  """Two matrices and one contracting dim each: quantized in their own
+  layouts (no views, no transposes)."""
+  (ac, bc), (ab, _) = dims
+  return (not ab and len(ac) == len(bc) == 1 and len(a.shape) == 2
+          and len(b.shape) == 2)
+
+
 def _dequantized_product(a: Op, b: Op, dims, key):
-  """:func:`dequantized_product`, and ``b``'s quantized view where it made
-  one (else None)."""
+  """:func:`dequantized_product`, and ``b``'s quantized values in its own
+  layout (or None where ``b`` is not quantized here)."""
   qa, qb = a.q, b.q
   value = lambda o: (operand.dequantize_elementwise(o.codes, o.scale)
                      if o.codes is not None else o.x)
@@ -233,19 +241,30 @@ def _dequantized_product(a: Op, b: Op, dims, key):
   stochastic = [o.q is not None and o.q.stochastic for o in (a, b)]
   keys = _keys(key, int(bool(transform)) + sum(stochastic))
   (ac, bc), (ab, bb) = dims
-  # A view another GEMM quantized is used as it is (shares_view).
-  av, bv = (o.view if o.view is not None else operand.view(value(o), bd, cd)
-            for o, bd, cd in ((a, ab, ac), (b, bb, bc)))
-  if transform:
-    av, bv = operand.rht_pair(av, bv, keys.pop(0))
-  quantized = []
-  for o, v, sr in ((a, av, stochastic[0]), (b, bv, stochastic[1])):
-    if (o.q is not None and o.view is None
-        and (transform or not elementwise(o.q))):
+  signs = (operand.rht_signs(keys.pop(0)) if transform else None)
+  quantizes = lambda o: (o.q is not None and not o.quantized
+                         and (transform or not elementwise(o.q)))
+  if _in_place(a, b, dims):
+    out = []
+    for o, axis, sr in ((a, ac[0], stochastic[0]), (b, bc[0], stochastic[1])):
+      v = value(o)
+      if transform and not o.quantized:
+        v = operand.rht(v, signs, axis)
+      if quantizes(o):
+        v = operand.quantize_along(v, axis, o.q, keys.pop(0) if sr else None)
+      out.append(v)
+    return _dot(*out, dims), out[1]
+  views = []
+  for o, bd, cd, sr in ((a, ab, ac, stochastic[0]), (b, bb, bc, stochastic[1])):
+    v = operand.view(value(o), bd, cd)
+    if transform and not o.quantized:
+      v = operand.rht(v, signs, -1)
+    if quantizes(o):
       v = operand.quantize_view(v, o.q, keys.pop(0) if sr else None)
-    quantized.append(v)
-  out = operand.view_dot(*quantized, len(ab))
-  return operand.unview(out, a.shape, b.shape, dims), quantized[1]
+    views.append(v)
+  out = operand.unview(operand.view_dot(*views, len(ab)), a.shape, b.shape,
+                       dims)
+  return out, operand.unview_operand(views[1], b.shape, bb, bc)
 
 
 def record(name: str, pair, a, b) -> None:

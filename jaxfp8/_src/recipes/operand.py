@@ -11,7 +11,7 @@ Two forms, by what the GEMM needs:
   transposed and reshaped to (batch..., free, contracting), ``(..., M, K)``,
   the layout the block quantizers take (each batch element is its own
   matrix; tensor-level quantities are over the whole operand), optionally
-  transformed (:func:`rht_pair`), then quantized and dequantized exactly in
+  transformed (:func:`rht`), then quantized and dequantized exactly in
   float32.
 
 Everything here runs inside the core's ``custom_vjp`` (no straight-through
@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx import array as mx_lib
@@ -99,11 +100,44 @@ def view(x32: jax.Array, batch: Sequence[int],
       shape + [size(free), size(contract)])
 
 
-def rht_pair(a: jax.Array, b: jax.Array, key: jax.Array):
-  """Both views transformed along K with the same random signs (so the
-  transforms cancel in ``a . b``: the Hadamard matrix is orthogonal)."""
-  signs = hadamard.random_signs(key, RHT_SIZE)
-  return hadamard.rht(a, signs), hadamard.rht(b, signs)
+def rht_signs(key: jax.Array) -> jax.Array:
+  """The random signs of a GEMM's Hadamard transform: both operands take
+  the same (so the transforms cancel in ``a . b``: the Hadamard matrix is
+  orthogonal)."""
+  return hadamard.random_signs(key, RHT_SIZE)
+
+
+def rht(v: jax.Array, signs: jax.Array, axis: int) -> jax.Array:
+  """``v`` transformed along its contracting ``axis``."""
+  return hadamard.rht(v, signs, axis=axis)
+
+
+def unview_operand(v: jax.Array, shape: Sequence[int], batch: Sequence[int],
+                   contract: Sequence[int]) -> jax.Array:
+  """The inverse of :func:`view`: a view back in the operand's layout."""
+  free = free_dims(len(shape), contract, batch)
+  perm = tuple(batch) + free + tuple(contract)
+  return v.reshape([shape[d] for d in perm]).transpose(
+      tuple(int(i) for i in np.argsort(perm)))
+
+
+def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
+                   key: Optional[jax.Array] = None) -> jax.Array:
+  """:func:`quantize_view` of a matrix whose contracting axis is ``axis``
+  (0 or 1), in its own layout: the same values as quantizing its view and
+  transposing back (tiles are cut transposed; stochastic rounding reads
+  the view's random bits, transposed), without moving the data."""
+  if axis == x32.ndim - 1 or q is None or q.kind in ("cast", "tensor"):
+    return quantize_view(x32, q, key)
+  if q.kind == "block":
+    return blockwise.values(x32, block=q.block[::-1], fmt=q.format,
+                            scale=q.scale)
+  if q.kind == "nvfp4":
+    rand = stochastic_bits(q.rounding, key, x32.shape[::-1], fn="dot_general")
+    return nvfp4.values(x32, None if rand is None else rand.T, q.block[::-1],
+                        tensor_scale=q.scale, scale_mode="floor",
+                        rounding=q.rounding)
+  return quantize_view(x32.T, q, key).T  # MX: its random bits by its shape
 
 
 def quantize_view(v: jax.Array, q: Optional[Quantizer],
