@@ -124,3 +124,25 @@ def test_a_view_is_shared_only_between_like_square_deterministic_quantizers():
           "nvfp4", "e2m1", block=(16, 16), rounding="stochastic"), (0,))
   assert not gemm.shares_view(sq, sq, (2, 0))  # flattened in another order
   assert not gemm.shares_view(None, None, (0,))
+
+
+@pytest.mark.parametrize("q", [
+    Quantizer("block", "e4m3", block=(1, 128)),
+    Quantizer("block", "e5m2", block=(128, 128), scale="float32"),
+    Quantizer("nvfp4", "e2m1"),
+    Quantizer("nvfp4", "e2m1", block=(16, 16), scale="pow2"),
+    Quantizer("nvfp4", "e2m1", rounding="stochastic"),
+    Quantizer("mx", "mxfp8", rounding="stochastic"),
+    Quantizer("tensor", "e4m3"),
+], ids=str)
+def test_quantizing_along_the_first_axis_in_place_is_the_view_transposed(q):
+  # What the core's in-place GEMMs rely on (gemm._in_place): a matrix
+  # contracted along axis 0 quantizes to the values its view (the
+  # transpose) would, stochastic bits included.
+  x = jax.random.normal(jax.random.key(4), (144, 40)) * jnp.exp(
+      jax.random.normal(jax.random.key(5), (144, 1)))
+  key = jax.random.key(6) if q.stochastic else None
+  got = operand.quantize_along(x, 0, q, key)
+  want = operand.quantize_view(x.T, q, key).T
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
+                                np.asarray(want).view(np.uint32))
