@@ -1,6 +1,7 @@
 """Timing helpers shared by the bench suites: medians and same-run ratios."""
 from __future__ import annotations
 
+import platform
 import random
 import statistics
 import time
@@ -83,3 +84,21 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
            "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
   return "\n".join(lines)
+
+
+def cpu_name() -> str:
+  """The host CPU's model name (``/proc/cpuinfo`` where there is one, else
+  what :mod:`platform` says), with ``AVX-512`` appended where it has it:
+  the benchmarks' figures move with both."""
+  name, avx512 = "", False
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name") and not name:
+          name = line.split(":", 1)[1].strip()
+        elif line.startswith("flags"):
+          avx512 = avx512 or " avx512f" in line
+  except OSError:
+    pass
+  name = name or platform.processor() or platform.machine()
+  return f"{name}, AVX-512" if avx512 else name

@@ -44,7 +44,6 @@ import datetime
 import importlib.metadata
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         f"samples into {fmt.name}")
   print(f"{now:%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
         f"{jax.default_backend()} ({jax.devices()[0].device_kind}), "
-        f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+        f"{os.cpu_count()} cores, {timing.cpu_name()}"
         f"; default method {config.get_default_method()!r}")
   print("speed-up: throughput over the same-run baseline of its group "
         "(float32-then-cast, antithetic or not); higher is faster")
@@ -317,7 +316,7 @@ def _print_memory(pop: int, n: int, fmt: formats.Format) -> int:
         f"{fmt.name} against float32")
   print(f"{now:%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, "
         f"{jax.default_backend()}, {os.cpu_count()} cores, "
-        f"{platform.processor() or platform.machine()}; default method "
+        f"{timing.cpu_name()}; default method "
         f"{config.get_default_method()!r}; one fresh process per row")
   print("program: the compiled program's memory_analysis(), argument + output "
         "+ temp; RSS increase: peak RSS minus the RSS after compiling\n")
@@ -399,7 +398,7 @@ def _print_evosax(pop: int, n: int, fmt: formats.Format, methods,
         f"= {pop * n / 1e6:.1f}M samples, noise in {fmt.name}")
   print(f"{now:%Y-%m-%d %H:%M} UTC, jax {jax.__version__}, evosax "
         f"{importlib.metadata.version('evosax')}, {jax.default_backend()}, "
-        f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}")
+        f"{os.cpu_count()} cores, {timing.cpu_name()}")
   print("speed-up: throughput over evosax's own ask timed in the same run "
         "(round-robin); higher is faster\n")
   print(timing.markdown_table(

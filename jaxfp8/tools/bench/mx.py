@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +73,7 @@ def _tuning(x: jax.Array, repeats: int) -> None:
                    f"{on / off:.2f}x", str(getattr(tuning, flag))])
   print(f"# MX tuning flags, {x.shape[0]}x{x.shape[1]} float32, jax "
         f"{jax.__version__}, {jax.default_backend()}, "
-        f"{platform.processor() or platform.machine()}; medians in ms, "
+        f"{timing.cpu_name()}; medians in ms, "
         f"same run\n")
   print(timing.markdown_table(
       ["flag", "conversion", "True", "False", "True / False",
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                  "yes" if max(q, d) <= _TARGET else "no"])
   print(f"# MX quantize/dequantize, {args.size}x{args.size} float32, "
         f"jax {jax.__version__}, {jax.default_backend()}, "
-        f"{platform.processor() or platform.machine()}")
+        f"{timing.cpu_name()}")
   print(f"cast {med['cast'] * 1e3:.1f} ms, upcast {med['upcast'] * 1e3:.1f} "
         "ms (medians); ratios: median time over the same-run median of "
         "x.astype(float8_e4m3fn) for quantize, of its upcast fp8 -> float32 "

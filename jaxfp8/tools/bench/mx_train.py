@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import platform
 
 from flax import linen as nn
 import jax
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
   med = timing.interleaved_medians(fns, repeats=args.repeats, warmup=2)
   print(f"# MX training step, MLP {args.width}-{args.width}-{args.width}-8, "
         f"batch {args.batch}, jax {jax.__version__}, {jax.default_backend()}, "
-        f"{platform.processor() or platform.machine()}")
+        f"{timing.cpu_name()}")
   auto = mx_api.mx_backend(jax.default_backend(), "mxfp8_e4m3",
                              block_size=32)
   print("ratios: median step time over the same-run median of the bf16 step "

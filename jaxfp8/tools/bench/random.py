@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 from typing import Callable
 
 import jax
@@ -223,7 +222,7 @@ def main(argv: list[str]) -> int:
     return 0
   print(f"# jaxfp8.random benchmark, {datetime.date.today()}, "
         f"JAX {jax.__version__}, {jax.default_backend()} "
-        f"({platform.machine()}, {jax.device_count()} device(s)), "
+        f"({timing.cpu_name()}, {jax.device_count()} device(s)), "
         f"2^{args.log2n} samples, median of {args.repeats}, one round-robin "
         "per key implementation, in a fresh order each round")
   notes: list[str] = []

@@ -23,7 +23,6 @@ it would gain on hardware with narrow tensor cores.
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import time
 
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
   print(f"# training step (forward + backward), {args.layers} Dense layers "
         f"{args.width} x {args.width}, batch {args.batch}, jax "
         f"{jax.__version__}, {jax.default_backend()}, "
-        f"{platform.processor() or platform.machine()}")
+        f"{timing.cpu_name()}")
   print("ratios: median step time over the same-run median of the bf16 "
         f"step ({args.repeats} rounds, each in a fresh order); compile: "
         "first call (caches cleared) minus the median\n")
