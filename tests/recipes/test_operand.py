@@ -101,9 +101,9 @@ def test_cast_is_the_one_cast(fmt):
 ])
 def test_square_blocks_quantize_a_view_and_its_transpose_alike(q, shape):
   # What lets the core keep the forward GEMM's quantized weight view for
-  # the input-gradient GEMM (gemm.shares_view): the two views of one
+  # the input-gradient GEMM (gemm.shares_quantized): the two views of one
   # operand, contracted along either axis, hold the same values.
-  assert gemm.shares_view(q, q, (0,))
+  assert gemm.shares_quantized(q, q, (0,))
   w = jax.random.normal(jax.random.key(2), shape) * jnp.exp(
       jax.random.normal(jax.random.key(3), (1, shape[1])))
   along_rows = operand.quantize_view(operand.view(w, (), (0,)), q)
@@ -115,15 +115,15 @@ def test_square_blocks_quantize_a_view_and_its_transpose_alike(q, shape):
 
 def test_a_view_is_shared_only_between_like_square_deterministic_quantizers():
   sq = Quantizer("nvfp4", "e2m1", block=(16, 16))
-  assert not gemm.shares_view(Quantizer("nvfp4", "e2m1"), Quantizer(
+  assert not gemm.shares_quantized(Quantizer("nvfp4", "e2m1"), Quantizer(
       "nvfp4", "e2m1"), (0,))  # 1 x 16 tiles change with the axis
-  assert not gemm.shares_view(sq, Quantizer("nvfp4", "e2m1", block=(16, 16),
+  assert not gemm.shares_quantized(sq, Quantizer("nvfp4", "e2m1", block=(16, 16),
                                             scale="pow2"), (0,))
-  assert not gemm.shares_view(Quantizer(
+  assert not gemm.shares_quantized(Quantizer(
       "nvfp4", "e2m1", block=(16, 16), rounding="stochastic"), Quantizer(
           "nvfp4", "e2m1", block=(16, 16), rounding="stochastic"), (0,))
-  assert not gemm.shares_view(sq, sq, (2, 0))  # flattened in another order
-  assert not gemm.shares_view(None, None, (0,))
+  assert not gemm.shares_quantized(sq, sq, (2, 0))  # flattened in another order
+  assert not gemm.shares_quantized(None, None, (0,))
 
 
 @pytest.mark.parametrize("q", [

@@ -148,12 +148,12 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   b = gemm.prepare(w32, r.fwd[1], states.get("w"))
   gemm.record("fwd", r.fwd, lhs, rhs)
   (_, rc), _ = static.dims
-  share = gemm.shares_view(r.fwd[1], r.dgrad[1], rc)
+  share = gemm.shares_quantized(r.fwd[1], r.dgrad[1], rc)
   out, w_values = gemm.multiply(a, b, static.dims, static.run, kf,
                                 keep_b=True)
   if share and w_values is not None:
     # Square weight blocks: dgrad multiplies these quantized values.
-    w_kept = gemm.KeptView(w_values)
+    w_kept = gemm.KeptQuantized(w_values)
   else:
     w_kept = _kept(b, r.dgrad[1], rhs)
   res = (_kept(a, r.wgrad[0], lhs), w_kept, kb, state, nxt)
@@ -161,7 +161,7 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
 
 
 def _residual(kept, q: Optional[Quantizer], state) -> gemm.Op:
-  if isinstance(kept, gemm.KeptView):
+  if isinstance(kept, gemm.KeptQuantized):
     return kept.op(q)
   if isinstance(kept, tuple):
     return gemm.Op(None, q, *kept)

@@ -107,7 +107,7 @@ def label(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> Optional[str]:
 class Op:
   """A GEMM operand: float32 values, and codes and scale where kept; with
   ``quantized``, ``x`` holds the values quantized already (another GEMM's,
-  :func:`shares_view`)."""
+  :func:`shares_quantized`)."""
   x: Any
   q: Optional[Quantizer]
   codes: Any = None
@@ -121,7 +121,7 @@ class Op:
 
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True)
-class KeptView:
+class KeptQuantized:
   """An operand's quantized values, in its own layout, kept for another
   GEMM that quantizes it alike (a residual of the core's custom VJP)."""
   values: Any
@@ -137,7 +137,7 @@ class KeptView:
     return Op(self.values, q, quantized=True)
 
 
-def shares_view(q: Optional[Quantizer], q_next: Optional[Quantizer],
+def shares_quantized(q: Optional[Quantizer], q_next: Optional[Quantizer],
                 contract) -> bool:
   """Whether an operand's quantized values in one GEMM are its quantized
   values in a GEMM that contracts its free dims instead: square blocks (the

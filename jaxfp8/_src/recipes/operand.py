@@ -37,6 +37,8 @@ from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import hadamard
 from jaxfp8._src.mx import nvfp4
+from jaxfp8._src.mx import quantize as mx_quantize
+from jaxfp8._src.mx.formats import get_format as get_mx_format
 from jaxfp8._src.recipes.spec import Quantizer
 
 # The Hadamard transform's block: it mixes runs of 16 along the contracting
@@ -137,7 +139,11 @@ def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
     return nvfp4.values(x32, None if rand is None else rand.T, q.block[::-1],
                         tensor_scale=q.scale, scale_mode="floor",
                         rounding=q.rounding)
-  return quantize_view(x32.T, q, key).T  # MX: its random bits by its shape
+  if not q.stochastic:  # MX, in place
+    return mx_quantize.values(x32, get_mx_format(q.format),
+                              block_size=_mx_block(q), axis=axis,
+                              scale_mode=q.scale)
+  return quantize_view(x32.T, q, key).T  # its random bits by its shape
 
 
 def quantize_view(v: jax.Array, q: Optional[Quantizer],
@@ -154,10 +160,19 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
     rand = stochastic_bits(q.rounding, key, v.shape, fn="dot_general")
     return nvfp4.values(v, rand, q.block, tensor_scale=q.scale,
                         scale_mode="floor", rounding=q.rounding)
+  if not q.stochastic:  # decoded in one pass, no packed storage
+    return mx_quantize.values(v, get_mx_format(q.format),
+                              block_size=_mx_block(q), axis=-1,
+                              scale_mode=q.scale)
   a = mx_lib.quantize(v, q.format, block_size=q.block_size, axis=-1,
                       scale_mode=q.scale, rounding=q.rounding,
                       key=key if q.stochastic else None, pad=True)
   return a.dequantize()
+
+
+def _mx_block(q: Quantizer) -> int:
+  """The block size of an MX quantizer: its own, else its format's."""
+  return q.block_size or get_mx_format(q.format).block_size
 
 
 def view_dot(a: jax.Array, b: jax.Array, n_batch: int) -> jax.Array:
