@@ -147,15 +147,12 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   a = gemm.prepare(x32, r.fwd[0], states.get("x"))
   b = gemm.prepare(w32, r.fwd[1], states.get("w"))
   gemm.record("fwd", r.fwd, lhs, rhs)
-  (_, rc), _ = static.dims
-  share = gemm.shares_quantized(r.fwd[1], r.dgrad[1], rc)
   out, w_values = gemm.multiply(a, b, static.dims, static.run, kf,
                                 keep_b=True)
-  if share and w_values is not None:
-    # Square weight blocks: dgrad multiplies these quantized values.
-    w_kept = gemm.KeptQuantized(w_values)
-  else:
-    w_kept = _kept(b, r.dgrad[1], rhs)
+  # Square weight blocks: dgrad multiplies the same quantized values.
+  share = gemm.shares_quantized(r.fwd[1], r.dgrad[1], static.dims[0][1])
+  w_kept = (gemm.KeptQuantized(w_values) if share and w_values is not None
+            else _kept(b, r.dgrad[1], rhs))
   res = (_kept(a, r.wgrad[0], lhs), w_kept, kb, state, nxt)
   return to_dtype(out, static.out_dtype), res
 
