@@ -484,3 +484,15 @@ def test_maxwell_cdf_keeps_its_left_tail(x):
   from jaxfp8._src.random import distributions  # pylint: disable=g-import-not-at-top
   got = distributions.get("maxwell").cdf(x)
   assert got == pytest.approx(scipy_stats.maxwell.cdf(x), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5, 11), (64, 48)])
+def test_bits32_are_jax_random_bits(shape):
+  # The recipes' stochastic rounding reads these words: they must be
+  # jax.random.bits' own (the references draw with it), for raw and typed
+  # keys, split keys and odd counts.
+  for key in (jax.random.key(0), jax.random.PRNGKey(5),
+              jax.random.split(jax.random.key(9))[1]):
+    got = jax.jit(bits_lib.bits32, static_argnums=1)(key, shape)
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(jax.random.bits(key, shape, jnp.uint32)))

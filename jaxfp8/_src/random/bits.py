@@ -9,6 +9,8 @@ bits of each word dropped.
 """
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -43,6 +45,30 @@ def words(key, n: int) -> jax.Array:
     m = n + (n & 1)
     out = lax.optimization_barrier(jax.random.bits(key, (m,), jnp.uint32))
   return out[:n] if m != n else out
+
+
+def bits32(key, shape: tuple[int, ...]) -> jax.Array:
+  """``jax.random.bits(key, shape, jnp.uint32)``, the same words, faster.
+
+  For Threefry keys under ``jax_threefry_partitionable`` (JAX's default),
+  JAX's word ``i`` (row-major) is the XOR of the two output words of
+  Threefry-2x32 of the 64-bit counter ``i``; this computes that with the
+  written-out hash (:func:`_threefry2x32`), one fused pass instead of the
+  primitive's rolled loop (about half the time on CPU). Other keys, the
+  other mode and counts of 2^32 or more call ``jax.random.bits`` itself.
+
+  >>> k = jax.random.key(3)
+  >>> bool(jnp.all(bits32(k, (3, 5)) == jax.random.bits(k, (3, 5), jnp.uint32)))
+  True
+  """
+  n = math.prod(shape)
+  if not (_is_threefry(key) and jax.config.jax_threefry_partitionable
+          and n < (1 << 32)):
+    return jax.random.bits(key, shape, jnp.uint32)
+  data = jax.random.key_data(key) if validate.is_typed_key(key) else key
+  counter = lax.iota(jnp.uint32, n).reshape(shape)
+  hi, lo = _threefry2x32(data[0], data[1], jnp.zeros_like(counter), counter)
+  return hi ^ lo
 
 
 def word_rows(key, rows: int, cols: int) -> jax.Array:

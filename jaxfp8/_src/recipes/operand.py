@@ -32,13 +32,13 @@ from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
 from jaxfp8._src.numerics.cast import cast
 from jaxfp8._src.numerics.rounding import operand_float32
-from jaxfp8._src.numerics.rounding import stochastic_bits
 from jaxfp8._src.numerics.codes import decode
 from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import hadamard
 from jaxfp8._src.mx import nvfp4
 from jaxfp8._src.mx import quantize as mx_quantize
 from jaxfp8._src.mx.formats import get_format as get_mx_format
+from jaxfp8._src.random import bits as random_bits
 from jaxfp8._src.recipes.spec import Quantizer
 
 # The Hadamard transform's block: it mixes runs of 16 along the contracting
@@ -135,7 +135,7 @@ def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
     return blockwise.values(x32, block=q.block[::-1], fmt=q.format,
                             scale=q.scale)
   if q.kind == "nvfp4":
-    rand = stochastic_bits(q.rounding, key, x32.shape[::-1], fn="dot_general")
+    rand = _stochastic_bits(q, key, x32.shape[::-1])
     return nvfp4.values(x32, None if rand is None else rand.T, q.block[::-1],
                         tensor_scale=q.scale, scale_mode="floor",
                         rounding=q.rounding)
@@ -157,7 +157,7 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
   if q.kind == "block":
     return blockwise.values(v, block=q.block, fmt=q.format, scale=q.scale)
   if q.kind == "nvfp4":
-    rand = stochastic_bits(q.rounding, key, v.shape, fn="dot_general")
+    rand = _stochastic_bits(q, key, v.shape)
     return nvfp4.values(v, rand, q.block, tensor_scale=q.scale,
                         scale_mode="floor", rounding=q.rounding)
   if not q.stochastic:  # decoded in one pass, no packed storage
@@ -168,6 +168,13 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
                       scale_mode=q.scale, rounding=q.rounding,
                       key=key if q.stochastic else None, pad=True)
   return a.dequantize()
+
+
+def _stochastic_bits(q: Quantizer, key, shape) -> Optional[jax.Array]:
+  """The 32 random bits per element stochastic rounding reads: the words of
+  ``jax.random.bits(key, shape)`` (what ``nvfp4.quantize`` draws), by the
+  faster written-out hash; None for rounding to nearest."""
+  return random_bits.bits32(key, shape) if q.stochastic else None
 
 
 def _mx_block(q: Quantizer) -> int:
