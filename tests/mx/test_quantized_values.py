@@ -25,13 +25,18 @@ def _bits(a):
   return np.asarray(lax.bitcast_convert_type(a, jnp.uint32))
 
 
+def _subnormals(n):
+  # Made by NumPy: XLA on CPU would flush a product that lands there.
+  return jnp.asarray(np.float32(3e-39) * np.arange(1, n + 1, dtype=np.float32))
+
+
 def _inputs():
   k = jax.random.split(jax.random.key(7), 2)
   x = jax.random.normal(k[0], (48, 80)) * jnp.exp(
       4 * jax.random.normal(k[1], (48, 1)))
   specials = (x.at[3, 5].set(jnp.nan).at[7, 40].set(-jnp.inf)
               .at[9].set(1e-40).at[10].set(0.0)
-              .at[11, :16].set(np.float32(3e-39) * jnp.arange(16))
+              .at[11, :16].set(_subnormals(16))
               .at[12, :16].set(-1e-39))
   return {
       "wide": x, "specials": specials,
@@ -41,6 +46,12 @@ def _inputs():
       "below_bound": x / jnp.max(jnp.abs(x)) * 2.0**-110,
       "tiny_specials": specials * 1e-33, "huge": x.at[0, 0].set(3e38),
       "zeros": jnp.zeros((48, 80)),
+      # In the plain branch (amax 2^-99), blocks of scale 2^-9 whose
+      # subnormal elements times their encode scale (~2^121) may round up
+      # stochastically: plain float32 would flush them.
+      "subnormal_elements": jnp.zeros((48, 80)).at[0, 0].set(2.0**-99)
+                            .at[1:, ::16].set(2.0**-117)
+                            .at[1:, 1:16].set(_subnormals(15)),
   }
 
 

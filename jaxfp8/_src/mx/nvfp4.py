@@ -209,10 +209,11 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
 
 # A tensor amax at least this large (or 0) keeps every step of the "te" rule
 # in float32's normal range: S_dec >= 2^-100 / 2688, block scales times
-# S_dec >= 2^-9 * S_dec, encode scales <= 2^124, dequantized values >=
-# 2^-10 * S_dec. There plain float32 arithmetic is the IEEE one (XLA's
-# flushing of subnormals changes nothing: a subnormal element times an
-# encode scale rounds to zero in e2m1 either way).
+# S_dec >= 2^-9 * S_dec, encode scales <= 2^122, dequantized values >=
+# 2^-10 * S_dec. There plain float32 arithmetic is the IEEE one, but for a
+# subnormal element times its encode scale (below 2^-4: rounded to nearest
+# it is zero however XLA flushes it; stochastic rounding takes the exact
+# product).
 _PLAIN_TE_AMAX = np.float32(2.0**-100)
 
 
@@ -230,7 +231,12 @@ def _plain_te_values(t, bmax, rand, rounding: str):
   bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE).astype(
       jnp.float32)
   enc = jnp.minimum(np.float32(1) / (bs * s_dec), f32.F32_MAX)
-  y = lax.bitcast_convert_type(t * blockwise.per_element(enc), U32)
+  enc = blockwise.per_element(enc)
+  # Encode scales reach 2^121 here: a subnormal element times one may lie
+  # within 2^-33 of the e2m1 grid's first step, which stochastic rounding
+  # can round up to; only rounding to nearest may let XLA flush it.
+  y = f32.mul_into_narrow(t, enc) if rounding == "stochastic" else t * enc
+  y = lax.bitcast_convert_type(y, U32)
   mag = rounding_lib.round_magnitude(
       y & 0x7FFFFFFF, (y >> 31) == 1, _ELEMENT_FORMAT, rounding=rounding,
       rand=rand)
