@@ -217,15 +217,13 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
 _PLAIN_TE_AMAX = np.float32(2.0**-100)
 
 
-def _plain_te_values(t, bmax, rand, rounding: str):
+def _plain_te_values(t, good, bad, amax, rand, rounding: str):
   """:func:`values`' ``"te"`` rule in plain float32 arithmetic, for tensors
-  whose amax is 0 or at least :data:`_PLAIN_TE_AMAX`: the same steps as
-  :func:`_te_scales` and :func:`quantize_tiles`, each a single float
-  operation, then :func:`dequantize`'s products."""
-  bad = bmax >= bits_lib.INF
-  good = jnp.where(bad, U32(0), bmax)
-  s_enc = blockwise.encode_scales(jnp.max(good, initial=U32(0)), _RANGE,
-                                  "float32")
+  whose amax (over the tiles without NaN or Inf: ``good`` block maxima,
+  ``bad`` the others) is 0 or at least :data:`_PLAIN_TE_AMAX`: the same
+  steps as :func:`_te_scales` and :func:`quantize_tiles`, each a single
+  float operation, then :func:`dequantize`'s products."""
+  s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
   s_dec = np.float32(1) / s_enc
   bs = lax.bitcast_convert_type(good, jnp.float32) * (s_enc * _SIXTH)
   bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE).astype(
@@ -261,13 +259,15 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
     return exact(x, rand)
   t = blockwise.tiles(x, block)
   bmax = blockwise.tile_amax(t)
-  amax = jnp.max(jnp.where(bmax >= bits_lib.INF, U32(0), bmax),
-                 initial=U32(0))
+  bad = bmax >= bits_lib.INF
+  good = jnp.where(bad, U32(0), bmax)
+  amax = jnp.max(good, initial=U32(0))
   plain = (amax == 0) | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX))
 
   def fast(x, rand):
     r = None if rand is None else blockwise.tiles(rand, block)
-    return blockwise.untiles(_plain_te_values(t, bmax, r, rounding), x.shape)
+    return blockwise.untiles(_plain_te_values(t, good, bad, amax, r,
+                                              rounding), x.shape)
 
   return lax.cond(plain, fast, exact, x, rand)
 
