@@ -151,8 +151,8 @@ def fp8_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   # gradients are the next states.
   state = {role: s for role, s in zip(spec.ROLES, scalings)
            if isinstance(s, DelayedScaling)}
-  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim,
-                                 fn="fp8_dot_general")
+  dims = gemm_lib.check_dims(dimension_numbers, lhs.shape, rhs.shape,
+                             fn="fp8_dot_general")
   return core.apply(lhs, rhs, dims, recipe, out_dtype=out_dtype,
                     state=state or None)
 

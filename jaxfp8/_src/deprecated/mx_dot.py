@@ -92,7 +92,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   validate.check_array(lhs, "lhs", fn)
   validate.check_array(rhs, "rhs", fn)
   lhs, rhs = device_array(lhs), device_array(rhs)
-  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim, fn=fn)
+  dims = gemm_lib.check_dims(dimension_numbers, lhs.shape, rhs.shape, fn=fn)
   # Integer operands multiply as float32; gradients come back in each
   # operand's (float) dtype, the result in the promoted one.
   if not jnp.issubdtype(lhs.dtype, jnp.floating):

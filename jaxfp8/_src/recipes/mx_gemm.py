@@ -78,18 +78,61 @@ def free_dims(ndim: int, contract, batch) -> tuple[int, ...]:
   return tuple(d for d in range(ndim) if d not in contract and d not in batch)
 
 
+def _dim_tuple(t: Any, ndim: int, what: str) -> tuple[int, ...]:
+  """``t`` as a tuple of dims of an operand with ``ndim`` axes, checked as
+  ``lax.dot_general`` checks them: integers (no bools, no floats) in
+  ``[0, ndim)``; raises TypeError or ValueError naming ``what``."""
+  try:
+    items = tuple(t)
+  except TypeError as e:
+    raise TypeError(f"{what} must be a sequence of ints, got {t!r}") from e
+  out = []
+  for d in items:
+    if isinstance(d, (bool, np.bool_)) or not isinstance(
+        d, (int, np.integer)) and not (
+            isinstance(d, (np.ndarray, jax.Array)) and d.ndim == 0
+            and jnp.issubdtype(d.dtype, jnp.integer)):
+      raise TypeError(f"{what} must hold ints, got {d!r} in {t!r}")
+    d = int(d)
+    if not 0 <= d < ndim:
+      raise ValueError(f"{what} must be in [0, {ndim}) for an operand with "
+                       f"{ndim} axes, got {d} in {t!r}")
+    out.append(d)
+  return tuple(out)
+
+
 def normalize_dims(dims: Any, lhs_ndim: int, rhs_ndim: int, *, fn: str):
-  """``dimension_numbers`` as tuples of non-negative ints; raises naming
-  ``fn`` for anything that is not ``((lc, rc), (lb, rb))``."""
+  """``dimension_numbers`` as tuples of non-negative ints, validated as
+  ``lax.dot_general`` validates them (in range, no negative, float or bool
+  dims); raises naming ``fn`` for anything that is not ``((lc, rc), (lb,
+  rb))``."""
+  arg = f"`dimension_numbers` argument to `{fn}`"
   try:
     (lc, rc), (lb, rb) = dims
-    lc, rc, lb, rb = (tuple(int(d) % n for d in t) for t, n in (
-        (lc, lhs_ndim), (rc, rhs_ndim), (lb, lhs_ndim), (rb, rhs_ndim)))
   except (TypeError, ValueError) as e:
-    raise ValueError(f"`dimension_numbers` argument to `{fn}` must be "
-                     f"((lhs_contract, rhs_contract), (lhs_batch, rhs_batch)), "
-                     f"got {dims!r}") from e
-  return (lc, rc), (lb, rb)
+    raise ValueError(f"{arg} must be ((lhs_contract, rhs_contract), "
+                     f"(lhs_batch, rhs_batch)), got {dims!r}") from e
+  return ((_dim_tuple(lc, lhs_ndim, f"{arg}: the lhs contracting dims"),
+           _dim_tuple(rc, rhs_ndim, f"{arg}: the rhs contracting dims")),
+          (_dim_tuple(lb, lhs_ndim, f"{arg}: the lhs batch dims"),
+           _dim_tuple(rb, rhs_ndim, f"{arg}: the rhs batch dims")))
+
+
+def check_dims(dims: Any, lhs_shape, rhs_shape, *, fn: str):
+  """:func:`normalize_dims` of ``dims`` for operands of these shapes, and
+  checked to fit them as ``lax.dot_general`` checks (distinct dims, equal
+  contracting and batch lengths); raises ValueError naming ``fn``."""
+  lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
+  norm = normalize_dims(dims, len(lhs_shape), len(rhs_shape), fn=fn)
+  try:
+    jax.eval_shape(lambda a, b: lax.dot_general(a, b, norm),
+                   jax.ShapeDtypeStruct(lhs_shape, jnp.float32),
+                   jax.ShapeDtypeStruct(rhs_shape, jnp.float32))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"`dimension_numbers` argument to `{fn}` ({dims!r}) "
+                     f"does not fit `lhs` {lhs_shape} and `rhs` {rhs_shape}: "
+                     f"{e}") from e
+  return norm
 
 
 def block_size_of(recipe: MXRecipe, fmt: str) -> int:
@@ -214,7 +257,7 @@ def packed_dot(lhs: Any, rhs: mx_lib.MXArray, dims: Any, recipe: MXRecipe,
   float32.
   """
   lhs = jnp.asarray(lhs)
-  dims = normalize_dims(dims, lhs.ndim, rhs.ndim, fn="dot_general")
+  dims = check_dims(dims, lhs.shape, rhs.shape, fn="dot_general")
   (lc, rc), _ = dims
   record("serve", recipe.fwd, lhs, rhs)
   dtype = (lhs.dtype if preferred_element_type is None
