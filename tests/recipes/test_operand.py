@@ -46,6 +46,11 @@ def _bits(a):
 def _before(x32, q, state=None):
   """The recipes' per-tensor rule before it went through the scaling
   objects' quantize."""
+  if q.kind == "cast" and not formats.is_narrow(q.format):
+    # Wide casts (bfloat16, float16) round as IEEE and lax do: overflow to
+    # Inf, Inf and NaN kept (issue #43: the bf16 recipe is the baseline of
+    # lax.dot_general on bf16 operands); narrow ones saturate.
+    return x32.astype(q.format), None
   if q.kind == "cast":
     return rounding.round_to(x32, q.format), None
   scale = operand.scaler(q, state).scale_for(x32)

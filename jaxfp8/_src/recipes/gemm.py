@@ -5,9 +5,8 @@
 
 * both per tensor (kind ``"tensor"``, no transform): the narrow codes
   multiplied with float32 accumulation (``kernels.scaled_matmul.api.dot_general``:
-  the Mosaic GPU fp8 kernel on compute capability 9.x), then the product by one
-  scale and then the other (``s_a * s_b`` alone may overflow where the
-  result won't).
+  the Mosaic GPU fp8 kernel on compute capability 9.x), then the product
+  rescaled by :func:`rescale` (finite wherever the exact result is).
 * both MX in one format, block size and scale mode, no transform, the
   second operand rounded to nearest: one GEMM of
   :func:`jaxfp8._src.recipes.mx_gemm.gemm` on its backend.
@@ -172,6 +171,35 @@ def _narrow(c):
   return c.astype(jnp.float32)
 
 
+def _pow2(e: jax.Array) -> jax.Array:
+  """2^e for int32 ``e`` in [-126, 127], built from its bits."""
+  return lax.bitcast_convert_type((e + 127) << 23, jnp.float32)
+
+
+def rescale(p: jax.Array, s_a: jax.Array, s_b: jax.Array) -> jax.Array:
+  """``p * s_a * s_b`` for positive normal float32 scales, finite wherever
+  the exact product is.
+
+  Rounded as ``(p * s_a) * s_b`` (the bits the per-tensor GEMM always
+  gave), but on the scales' significands: ``s = m * 2^e`` with ``m`` in
+  [1, 2), so ``(p * m_a) * m_b`` can neither overflow nor underflow
+  (``p`` is a sum of code products), and ``2^(e_a + e_b)`` is applied last
+  in two exact power-of-two steps. ``p * s_a`` alone overflows for
+  ``s_a`` near 1e36 where the product is 1e10 (``x`` 3e38 and ``w``
+  1e-30), and ``s_a * s_b`` alone may overflow or underflow.
+  """
+  def split(s):
+    bits = lax.bitcast_convert_type(jnp.asarray(s, jnp.float32), jnp.int32)
+    exp = (bits >> 23) - 127
+    mant = lax.bitcast_convert_type((bits & 0x7FFFFF) | (127 << 23),
+                                    jnp.float32)
+    return mant, exp
+  (ma, ea), (mb, eb) = split(s_a), split(s_b)
+  e = ea + eb  # in [-252, 254]: each half a normal power of two
+  half = e >> 1
+  return (p * ma) * mb * _pow2(half) * _pow2(e - half)
+
+
 def _codes_dot(ca, cb, dims) -> jax.Array:
   a, b = _narrow(ca), _narrow(cb)
   if (a.dtype == jnp.float32) != (b.dtype == jnp.float32):
@@ -200,7 +228,7 @@ def multiply(a: Op, b: Op, dims, run: gemm_lib.Run, key, *,
   if a.quantized or b.quantized:
     pass  # values quantized already: multiplied as they are, below
   elif all(elementwise(q) and q.kind == "tensor" for q in (qa, qb)):
-    out = _codes_dot(a.codes, b.codes, dims) * a.scale * b.scale
+    out = rescale(_codes_dot(a.codes, b.codes, dims), a.scale, b.scale)
   elif mx_pair(qa, qb):
     out = gemm_lib.gemm(a.x, b.x, dims, qa.format, mx_recipe(qa), run,
                         key if qa.stochastic else None)

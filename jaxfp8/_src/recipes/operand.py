@@ -30,6 +30,7 @@ import numpy as np
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
+from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics.cast import cast
 from jaxfp8._src.numerics.rounding import operand_float32
 from jaxfp8._src.numerics.codes import decode
@@ -65,9 +66,19 @@ def quantize_tensor(x32: jax.Array, q: Quantizer, state: Any = None):
   """``(codes, scale)`` of float32 ``x32`` by the one per-tensor quantizer,
   the ``quantize`` of :func:`scaler`'s object: ``cast(x32 / scale)``
   (``scaling.divide`` keeps subnormal operands). A ``"cast"`` quantizer
-  gives ``cast(x32, format)`` and scale None."""
+  gives ``cast(x32, format)`` (saturating) into a narrow format, IEEE's
+  ``x32.astype(format)`` into a wide one (bfloat16: Inf, NaN and overflow
+  as ``lax``), and scale None."""
+  if q.kind == "cast" and not formats.is_narrow(q.format):
+    # bfloat16, float16: IEEE rounding (Inf and NaN kept, overflow to Inf),
+    # as lax.dot_general on operands cast to that dtype.
+    return x32.astype(q.format), None
   if q.kind == "cast":
     return cast(x32, q.format), None
+  if x32.size == 0 and not q.delayed:  # no amax: the scale of amax 0
+    scale = scaling.compute_scale(jnp.float32(0), q.format, margin=q.margin,
+                                  power_of_two=q.scale == "pow2")
+    return scaling.quantize(x32, q.format, scale), scale
   return scaler(q, state).quantize(x32)
 
 
@@ -80,8 +91,9 @@ def dequantize_elementwise(codes: Any, scale: Optional[jax.Array]):
 
 
 def next_state(x32: jax.Array, state: Any) -> Any:
-  """The delayed state after recording ``x32``'s amax."""
-  return state.update(scaling.amax(x32))
+  """The delayed state after recording ``x32``'s amax (0 for an empty
+  operand, which holds no magnitude)."""
+  return state.update(scaling.amax(x32) if x32.size else jnp.float32(0))
 
 
 # -- GEMM views ----------------------------------------------------------------
