@@ -23,7 +23,9 @@ draws them from a key, as the paper describes.
 Walsh-Hadamard transform: four stages of sums and differences in float32,
 then the exact scaling by 1/4, so each output is within a few float32
 roundings of the exact value (exact where the stage sums are, e.g. for
-small integers). The inverse, ``Q^T = (1/4) diag(signs) H16``, undoes it to
+small integers). A chunk whose sums could overflow (values from 2^123,
+about 1e37) is divided by 16 first and multiplied by 4 after: its outputs
+are finite wherever their exact values are. The inverse, ``Q^T = (1/4) diag(signs) H16``, undoes it to
 within the same rounding. Values below float32's normal range may be
 flushed to zero by XLA on CPU; the transform feeds a 4-bit quantizer, whose
 grid lies far above them.
@@ -97,6 +99,16 @@ def _rht_jit(x, signs, inverse: bool, axis: int):
                      *x.shape[axis + 1:])
   signs = signs.reshape((n,) + (1,) * (x.ndim - axis - 1))
   scale = np.float32(1 / np.sqrt(n))  # exact for powers of four (16)
+  # A chunk whose sums could overflow (n values up to 2^(127 - log2 n)) is
+  # divided by n first, exactly, and multiplied back with the scale: every
+  # output finite where the transform's exact value is (an overflowed stage
+  # sum would make its whole butterfly Inf or NaN). Elsewhere the bits are
+  # those of the plain transform.
+  k = n.bit_length() - 1
+  big = jnp.max(jnp.abs(chunks), axis=axis + 1, keepdims=True) >= np.float32(
+      2.0 ** (127 - k))
+  chunks = jnp.where(big, chunks * np.float32(2.0 ** -k), chunks)
+  scale = jnp.where(big, np.float32(2.0 ** k / np.sqrt(n)), scale)
   if inverse:
     out = signs * (_walsh_hadamard(chunks, axis + 1) * scale)
   else:
