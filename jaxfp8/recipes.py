@@ -17,7 +17,7 @@ The Flax names load Flax on first use.
 from jaxfp8._src import deprecation as _deprecation
 from jaxfp8._src.recipes.core import dot_general as dot_general
 from jaxfp8._src.recipes.reference import dot_general_reference as dot_general_reference
-from jaxfp8._src.recipes.core import init_state as init_state
+from jaxfp8._src.recipes.state import init_state as init_state
 from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT as OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.recipes.layer_state import split_overwrite_with_gradient as split_overwrite_with_gradient
 from jaxfp8._src.recipes.registry import get_recipe as get_recipe

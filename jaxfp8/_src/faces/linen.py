@@ -48,6 +48,7 @@ from jaxfp8._src import compat
 from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import registry
 from jaxfp8._src.recipes import rules as rules_lib
@@ -68,14 +69,14 @@ def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
   Call it where ``module`` may make variables (a compact method, or an
   interceptor of one), outside any JAX transform the module did not see.
   ``history_length`` and ``reduction``: of a fresh state
-  (:func:`~jaxfp8._src.recipes.core.init_state`).
+  (:func:`~jaxfp8._src.recipes.state.init_state`).
 
   Raises:
     ValueError: the recipe needs a key and ``apply`` got no ``"recipe"``
       rng.
   """
   state = None
-  fresh = core.init_state(recipe, history_length=history_length,
+  fresh = recipe_state.init_state(recipe, history_length=history_length,
                           reduction=reduction)
   if fresh is not None:
     values = [module.variable(OVERWRITE_WITH_GRADIENT, name,
@@ -108,7 +109,7 @@ class RecipeDotGeneral(nn.Module):
       (``"fp8_current"``, ``"fp8_delayed"``, ``"mxfp8"``,
       ``"fp8_blockwise"``, ``"nvfp4"``...) or an MX recipe.
     history_length, reduction: delayed-scaling settings
-      (:func:`~jaxfp8._src.recipes.core.init_state`).
+      (:func:`~jaxfp8._src.recipes.state.init_state`).
 
   >>> import functools, jax, jax.numpy as jnp, flax.linen as nn
   >>> model = nn.Dense(4, dot_general_cls=functools.partial(

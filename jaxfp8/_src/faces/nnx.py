@@ -42,6 +42,7 @@ import jax
 from jaxfp8._src import compat
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import registry
 from jaxfp8._src.recipes import rules as rules_lib
@@ -69,7 +70,7 @@ class NnxRecipeDotGeneral(nnx.Module):
     rngs: an ``nnx.Rngs`` (shared with the model, or its own); needed by a
       recipe that rounds stochastically or applies RHT, unused otherwise.
     history_length, reduction: delayed-scaling settings
-      (:func:`~jaxfp8._src.recipes.core.init_state`).
+      (:func:`~jaxfp8._src.recipes.state.init_state`).
 
   Raises:
     ValueError: the recipe needs keys and ``rngs`` is None.
@@ -100,7 +101,7 @@ class NnxRecipeDotGeneral(nnx.Module):
           "applies a random Hadamard transform and needs a key per call; "
           "pass rngs=nnx.Rngs(recipe=seed)")
     self.rngs = rngs if self.recipe.needs_key else None
-    fresh = core.init_state(self.recipe, history_length=history_length,
+    fresh = recipe_state.init_state(self.recipe, history_length=history_length,
                             reduction=reduction)
     self.state_def = None if fresh is None else jax.tree.structure(fresh)
     names = []

@@ -157,6 +157,28 @@ def _check_previous(previous: Any, fn: str) -> None:
                      f"finite scale, got {p}")
 
 
+def check_scale_value(value: Any, what: str) -> None:
+  """TypeError or ValueError (``what`` names the argument) for a concrete
+  scale that is not a positive, finite, normal float32 number: a zero,
+  NaN, infinite or subnormal scale turns every quantized value into zeros
+  or NaN. A traced ``value`` passes (its value is not known here)."""
+  if isinstance(value, compat.Tracer):
+    return
+  try:
+    v = np.asarray(value)
+    ok_type = v.dtype.kind in "biuf" and v.dtype != bool
+    v = v.astype(np.float64)
+  except (TypeError, ValueError):
+    ok_type = False
+  if not ok_type:
+    raise TypeError(f"{what} must be a number, got {value!r}")
+  if v.size != 1 or not np.all(np.isfinite(v) & (v >= _MIN_SCALE)
+                               & (v <= _MAX_SCALE)):
+    raise ValueError(f"{what} must be a positive finite float32 scale in "
+                     f"[2^-126, {_MAX_SCALE:.6g}] (a normal float32), got "
+                     f"{v.tolist() if v.size != 1 else v.item()!r}")
+
+
 def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
                   power_of_two: bool = False, previous: Any = 1.0) -> jax.Array:
   """The scale that maps ``amax_value`` onto the format's max.
@@ -366,6 +388,8 @@ class DelayedScaling:
         or isinstance(history_length, bool) or history_length < 1):
       raise ValueError(f"`history_length` argument to `DelayedScaling.create` "
                        f"must be a positive integer, got {history_length!r}")
+    check_scale_value(initial_scale,
+                      "`initial_scale` argument to `DelayedScaling.create`")
     return cls(jnp.zeros((int(history_length),), jnp.float32),
                jnp.asarray(initial_scale, jnp.float32), format, reduction,
                margin, power_of_two)

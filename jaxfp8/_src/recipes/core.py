@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from jaxfp8._src.fp8.scaling import DelayedScaling
 from jaxfp8._src.kernels.mx_matmul import api as mx_api
 from jaxfp8._src.mx import array as mx_lib
 from jaxfp8._src.recipes import mx_gemm as gemm_lib
@@ -61,6 +60,7 @@ from jaxfp8._src.recipes import gemm
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes import registry
 from jaxfp8._src.recipes import spec
+from jaxfp8._src.recipes.state import check_state
 from jaxfp8._src.recipes.spec import Quantizer
 from jaxfp8._src.recipes.spec import Recipe
 
@@ -203,80 +203,6 @@ _core.defvjp(_core_fwd, _core_bwd)
 
 # -- the public op -------------------------------------------------------------
 
-def check_state(state: Any, recipe: Recipe, *, fn: str) -> Optional[dict]:
-  """``state`` as the dict the core takes, checked against ``recipe``.
-
-  Raises:
-    ValueError: a state for a stateless recipe, missing or extra roles, or
-      a DelayedScaling whose format, margin or power-of-two setting is not
-      its quantizer's.
-    TypeError: a state that is not a mapping of DelayedScaling.
-  """
-  roles = recipe.state_roles
-  if state is None:
-    if roles:
-      raise ValueError(f"`state` argument to `{fn}`: recipe {recipe.name!r} "
-                       f"scales {', '.join(roles)} by delayed scaling and "
-                       f"needs a state; make one with init_state(recipe)")
-    return None
-  if not isinstance(state, Mapping):
-    raise TypeError(f"`state` argument to `{fn}` must be a dict of "
-                    f"DelayedScaling (init_state(recipe)), got "
-                    f"{type(state).__name__}")
-  if set(state) != set(roles):
-    raise ValueError(f"`state` argument to `{fn}`: recipe {recipe.name!r} "
-                     f"needs a state for {sorted(roles) or 'no role'}, got "
-                     f"one for {sorted(state)}")
-  out = {}
-  for role in roles:
-    s, q = state[role], recipe.delayed_quantizer(role)
-    if not isinstance(s, DelayedScaling):
-      raise TypeError(f"`state` argument to `{fn}`: the state of {role} "
-                      f"must be a DelayedScaling, got {type(s).__name__}")
-    want = (q.format, q.margin, q.scale == "pow2")
-    got = (s.format, s.margin, s.power_of_two)
-    if want != got:
-      raise ValueError(f"`state` argument to `{fn}`: the state of {role} "
-                       f"has (format, margin, power_of_two) {got}, its "
-                       f"quantizer {want}")
-    out[role] = s
-  return out
-
-
-def init_state(recipe: Any = "fp8_delayed", *, history_length: int = 16,
-               reduction: Any = "max",
-               initial_scale: float = 1.0) -> Optional[dict]:
-  """The state a delayed recipe needs: ``{role: DelayedScaling}``.
-
-  Args:
-    recipe: anything :func:`~jaxfp8._src.recipes.registry.get_recipe`
-      reads.
-    history_length, reduction, initial_scale: as
-      :meth:`jaxfp8.policy.DelayedScaling.create` takes them.
-
-  Returns:
-    A dict with one fresh :class:`~jaxfp8.policy.DelayedScaling` per role
-    (``"x"``, ``"w"``, ``"dy"``) whose quantizer is delayed, or None for a
-    recipe without delayed scaling.
-
-  >>> sorted(init_state("fp8_delayed", history_length=4))
-  ['dy', 'w', 'x']
-  >>> init_state("fp8_current") is None
-  True
-  """
-  recipe = registry.get_recipe(recipe)
-  if not recipe.state_roles:
-    return None
-  out = {}
-  for role in recipe.state_roles:
-    q = recipe.delayed_quantizer(role)
-    out[role] = DelayedScaling.create(
-        q.format, history_length=history_length, reduction=reduction,
-        margin=q.margin, power_of_two=q.scale == "pow2",
-        initial_scale=initial_scale)
-  return out
-
-
 def _gemm_shapes(lhs_shape, rhs_shape, dims):
   """(name, quantizer pair, contracting length) of the three GEMMs."""
   (lc, _), (lb, rb) = dims
@@ -384,15 +310,7 @@ def check_call(lhs: Any, rhs: Any, dimension_numbers: Any, recipe: Recipe,
   Hadamard transform takes, a key where the recipe needs one (None
   elsewhere) and a state from :func:`check_state`."""
   lhs, rhs = check_operand(lhs, "lhs", fn), check_operand(rhs, "rhs", fn)
-  dims = gemm_lib.normalize_dims(dimension_numbers, lhs.ndim, rhs.ndim, fn=fn)
-  try:
-    jax.eval_shape(functools.partial(lax.dot_general, dimension_numbers=dims),
-                   jax.ShapeDtypeStruct(lhs.shape, jnp.float32),
-                   jax.ShapeDtypeStruct(rhs.shape, jnp.float32))
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"`dimension_numbers` argument to `{fn}` "
-                     f"({dimension_numbers!r}) does not fit `lhs` "
-                     f"{lhs.shape} and `rhs` {rhs.shape}: {e}") from e
+  dims = gemm_lib.check_dims(dimension_numbers, lhs.shape, rhs.shape, fn=fn)
   for g, k in _gemm_shapes(lhs.shape, rhs.shape, dims).items():
     if k % operand.RHT_SIZE and any(
         q is not None and q.transform for q in getattr(recipe, g)):
@@ -407,7 +325,7 @@ def check_call(lhs: Any, rhs: Any, dimension_numbers: Any, recipe: Recipe,
     if key is None:
       raise ValueError(f"`{fn}` with recipe {recipe.name!r} needs a `key` "
                        f"argument (a jax.random key) for {_key_users(recipe)}")
-    key = validate.check_key(key, fn)
+    key = validate.check_single_key(key, fn)
   else:
     key = None
   state = check_state(state, recipe, fn=fn)
@@ -464,10 +382,13 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     ``lax.dot_general``'s result shape, in ``preferred_element_type``.
 
   Raises:
-    ValueError: an unknown recipe name, a recipe that needs a key without
-      one, a wrong state, a Hadamard-transformed GEMM whose contracting
-      length is not a multiple of 16.
-    TypeError: non-array operands, a bad key or state type.
+    ValueError: an unknown recipe name, ``dimension_numbers`` that
+      ``lax.dot_general`` would refuse (out of range, negative, repeated,
+      or not fitting the operands), a recipe that needs a key without one,
+      a batch of keys, a wrong state, a Hadamard-transformed GEMM whose
+      contracting length is not a multiple of 16.
+    TypeError: non-array operands, non-integer dims, a bad key or state
+      type.
     NotImplementedError: an explicit ``backend`` that can't take one of
       the recipe's MX formats.
 
@@ -476,6 +397,7 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   >>> dims = (((1,), (0,)), ((), ()))
   >>> dot_general(x, w, dims, recipe="fp8_blockwise")[0, :2]
   Array([32., 32.], dtype=float32)
+  >>> from jaxfp8.recipes import init_state
   >>> state = init_state("fp8_delayed", history_length=4)
   >>> g = jax.grad(lambda w, s: dot_general(x, w, dims, recipe="fp8_delayed",
   ...                                      state=s).sum(), (0, 1))(w, state)

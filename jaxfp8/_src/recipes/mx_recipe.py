@@ -46,6 +46,28 @@ def _check_fmt(fmt: Any, arg: str, fn: str) -> str | None:
   return get_format(fmt, arg=arg, fn=fn).name
 
 
+def check_fields(values: dict[str, Any], *, fn: str) -> dict[str, Any]:
+  """:class:`MXRecipe` fields (any subset) checked and normalized; errors
+  name each field as an argument of ``fn`` (``MXRecipe``, or ``get_recipe``
+  for its overrides)."""
+  out = dict(values)
+  for g in GEMMS:
+    if g in out:
+      out[g] = _check_fmt(out[g], g, fn)
+  if "scale_mode" in out:
+    validate.check_choice(out["scale_mode"], scales_lib.SCALE_MODES,
+                          "scale_mode", fn)
+  bs = out.get("block_size")
+  if bs is not None and (isinstance(bs, (bool, np.bool_)) or not isinstance(
+      bs, (int, np.integer)) or bs < 1):
+    raise ValueError(f"`block_size` argument to `{fn}` must be a positive "
+                     f"integer or None, got {bs!r}")
+  if "stochastic_grad" in out:
+    out["stochastic_grad"] = validate.check_bool(out["stochastic_grad"],
+                                                 "stochastic_grad", fn)
+  return out
+
+
 @dataclasses.dataclass(frozen=True)
 class MXRecipe:
   """Which MX format each GEMM of a training step uses.
@@ -76,17 +98,10 @@ class MXRecipe:
   stochastic_grad: bool = False
 
   def __post_init__(self):
-    fn = "MXRecipe"
-    for g in GEMMS:
-      object.__setattr__(self, g, _check_fmt(getattr(self, g), g, fn))
-    validate.check_choice(self.scale_mode, scales_lib.SCALE_MODES,
-                          "scale_mode", fn)
-    bs = self.block_size
-    if bs is not None and (isinstance(bs, bool) or not isinstance(
-        bs, (int, np.integer)) or bs < 1):
-      raise ValueError(f"`block_size` argument to `{fn}` must be a positive "
-                       f"integer or None, got {bs!r}")
-    object.__setattr__(self, "stochastic_grad", bool(self.stochastic_grad))
+    checked = check_fields({f.name: getattr(self, f.name)
+                            for f in dataclasses.fields(self)}, fn="MXRecipe")
+    for name, value in checked.items():
+      object.__setattr__(self, name, value)
 
   @property
   def quantized(self) -> bool:
@@ -141,8 +156,14 @@ def get_recipe(recipe: Any = "mxfp8") -> MXRecipe:
       raise ValueError(f"`recipe` argument to `{fn}`: bad entry {part!r} in "
                        f"{recipe!r}; keys are {', '.join(sorted(_KEYS))}")
     name = _KEYS[key]
-    if name == "block_size":
-      value = None if value in ("none", "") else int(value)
+    if name == "block_size" and value in ("none", ""):
+      value = None
+    elif name == "block_size":
+      if not value.isdigit():
+        raise ValueError(f"`recipe` argument to `{fn}`: block must be a "
+                         f"positive integer or none, got {value!r} in "
+                         f"{recipe!r}")
+      value = int(value)
     elif name == "stochastic_grad":
       value = value in ("1", "true", "yes", "on")
     kwargs[name] = value

@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 from typing import Any, Callable, Optional
 
+import numpy as np
+
+from jaxfp8._src.fp8 import scaling
+from jaxfp8._src.mx import blockwise
+from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.recipes import mx_recipe as mx_recipes
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.recipes.spec import Quantizer
 from jaxfp8._src.recipes.spec import Recipe
+from jaxfp8._src.recipes.spec import SCALES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,35 +63,79 @@ def bf16() -> Recipe:
   return _recipe("bf16", q, q, q)
 
 
+# The builders' overrides are checked here, naming the argument the user
+# passed to get_recipe (the Quantizers they build have other field names).
+_FN = "get_recipe"
+
+
+def _check_margin(margin: Any) -> int:
+  if (not isinstance(margin, (int, np.integer))
+      or isinstance(margin, (bool, np.bool_))):
+    raise TypeError(f"`margin` argument to `{_FN}` must be an integer, got "
+                    f"{margin!r}")
+  if abs(int(margin)) > 126:
+    raise ValueError(f"`margin` argument to `{_FN}` must be in [-126, 126] "
+                     f"(powers of two of headroom), got {margin}")
+  return int(margin)
+
+
 def _per_tensor(name: str, delayed: bool):
   def build(*, format: Any = "float8_e4m3fn",  # pylint: disable=redefined-builtin
             grad_format: Any = "float8_e5m2", pow2_scales: bool = False,
             margin: int = 0) -> Recipe:
-    scale = "pow2" if pow2_scales else "float32"
-    q = lambda fmt: Quantizer("tensor", fmt, scale=scale, delayed=delayed,
-                              margin=margin)
-    return _recipe(name, q(format), q(format), q(grad_format))
+    fmt = scaling.signed_format(format, arg="format", fn=_FN).name
+    gfmt = scaling.signed_format(grad_format, arg="grad_format", fn=_FN).name
+    pow2 = validate.check_bool(pow2_scales, "pow2_scales", _FN)
+    margin = _check_margin(margin)
+    scale = "pow2" if pow2 else "float32"
+    q = lambda f: Quantizer("tensor", f, scale=scale, delayed=delayed,
+                            margin=margin)
+    return _recipe(name, q(fmt), q(fmt), q(gfmt))
   return build
 
 
 def fp8_blockwise(*, pow2_scales: bool = True, block: int = 128,
                   format: Any = "float8_e4m3fn") -> Recipe:  # pylint: disable=redefined-builtin
   """x and dy 1 x block along each GEMM's contracting axis, w block x block."""
-  scale = "pow2" if pow2_scales else "float32"
-  tile = Quantizer("block", format, block=(1, block), scale=scale)
-  square = Quantizer("block", format, block=(block, block), scale=scale)
+  pow2 = validate.check_bool(pow2_scales, "pow2_scales", _FN)
+  block = validate.check_size(block, "block", _FN, minimum=1)
+  fmt = formats.get(format, arg="format", fn=_FN).name
+  validate.check_choice(fmt, blockwise.FORMATS, "format", _FN)
+  scale = "pow2" if pow2 else "float32"
+  tile = Quantizer("block", fmt, block=(1, block), scale=scale)
+  square = Quantizer("block", fmt, block=(block, block), scale=scale)
   return _recipe("fp8_blockwise", tile, square, tile)
+
+
+_WEIGHT_BLOCKS = ((16, 16), (1, 16))
+
+
+def _check_weight_block(weight_block: Any) -> tuple[int, int]:
+  try:
+    ok = not isinstance(weight_block, str) and all(
+        not isinstance(b, (bool, np.bool_)) for b in weight_block)
+    block = tuple(operator.index(b) for b in weight_block)
+  except TypeError:
+    ok = False
+  if not ok or block not in _WEIGHT_BLOCKS:
+    raise ValueError(f"`weight_block` argument to `{_FN}` must be (16, 16) "
+                     f"(square blocks) or (1, 16), got {weight_block!r}")
+  return block
 
 
 def _nvfp4(name: str, **defaults):
   def build(*, rht: bool = True, stochastic: bool = True,
             weight_block: tuple[int, int] = (16, 16),
             tensor_scale: str = "te") -> Recipe:
+    rht = validate.check_bool(rht, "rht", _FN)
+    stochastic = validate.check_bool(stochastic, "stochastic", _FN)
+    weight_block = _check_weight_block(weight_block)
+    validate.check_choice(tensor_scale, SCALES["nvfp4"], "tensor_scale", _FN)
     q = lambda block=(1, 16), sr=False, t=None: Quantizer(
         "nvfp4", "float4_e2m1fn", block=block, scale=tensor_scale,
         rounding="stochastic" if sr else "nearest", transform=t)
     t = "rht" if rht else None
-    w = q(tuple(weight_block))
+    w = q(weight_block)
     dy = q(sr=stochastic)
     return _recipe(name, q(), w, dy, wgrad=(q(t=t), q(sr=stochastic, t=t)))
   params = inspect.signature(build).parameters
@@ -121,8 +173,9 @@ def _mx_name(recipe: MXRecipe) -> str:
 
 def _mx(preset: str):
   def build(**overrides) -> Recipe:
-    return from_mx(dataclasses.replace(mx_recipes.get_recipe(preset),
-                                       **overrides), preset)
+    return from_mx(dataclasses.replace(
+        mx_recipes.get_recipe(preset),
+        **mx_recipes.check_fields(overrides, fn=_FN)), preset)
   build.__signature__ = inspect.Signature([
       inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                         default=getattr(mx_recipes.get_recipe(preset), f.name))
@@ -260,7 +313,7 @@ def get_recipe(recipe: Any = "fp8_current", **overrides: Any) -> Recipe:
     raise ValueError(f"`recipe` argument to `{fn}` must be one of "
                      f"{', '.join(RECIPES)}, an MX format name or an MX "
                      f"recipe string (f=..., d=..., w=...), got "
-                     f"{recipe!r}") from e
+                     f"{recipe!r} ({e})") from e
   return _named(from_mx(_replace(mx, overrides, fn), text), overrides)
 
 
@@ -278,4 +331,5 @@ def _replace(recipe: MXRecipe, overrides: dict, fn: str) -> MXRecipe:
   if unknown:
     raise TypeError(f"`{fn}`: an MX recipe takes no override "
                     f"{', '.join(unknown)}; it takes {', '.join(names)}")
-  return dataclasses.replace(recipe, **overrides)
+  return dataclasses.replace(recipe,
+                             **mx_recipes.check_fields(overrides, fn=fn))

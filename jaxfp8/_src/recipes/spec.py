@@ -29,11 +29,13 @@ is N elements along K, a block (N, N) an N x N square of (M, K).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any, Optional
 
 import numpy as np
 
 from jaxfp8._src.fp8 import scaling
+from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import scales as mx_scales
 from jaxfp8._src.mx.formats import get_format as get_mx_format
 from jaxfp8._src.numerics import formats
@@ -66,9 +68,11 @@ def _check_block(block: Any, kind: str, fn: str) -> Optional[tuple[int, int]]:
       raise ValueError(f"`block` argument to `{fn}` must be (1, N) or (N, N) "
                        "for kind 'block', got None")
     return None if kind != "nvfp4" else (1, 16)
+  # operator.index: 2.5 is refused, not truncated; a string is no pair.
   try:
-    rows, cols = (int(b) for b in block)
-    ok = all(not isinstance(b, bool) for b in block)
+    ok = not isinstance(block, str) and all(
+        not isinstance(b, (bool, np.bool_)) for b in block)
+    rows, cols = (operator.index(b) for b in block)
   except (TypeError, ValueError):
     ok = False
   if not ok or rows < 1 or cols < 1 or rows not in (1, cols):
@@ -102,7 +106,13 @@ def _check_format(fmt: Any, kind: str, fn: str) -> str:
                        "no quantization; use None for a high-precision "
                        "operand")
     return f.name
-  return scaling.signed_format(fmt, arg="format", fn=fn).name
+  f = scaling.signed_format(fmt, arg="format", fn=fn).name
+  if kind == "block" and f not in blockwise.FORMATS:
+    raise ValueError(f"`format` argument to `{fn}` must be one of "
+                     f"{', '.join(blockwise.FORMATS)} for kind 'block' (fp8 "
+                     f"blockwise, Transformer Engine's Float8BlockScaling), "
+                     f"got {f}")
+  return f
 
 
 @dataclasses.dataclass(frozen=True)
