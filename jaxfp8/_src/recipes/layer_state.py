@@ -1,6 +1,6 @@
 """How the Flax integrations name and rebuild a recipe's per-layer state.
 
-A delayed-scaling recipe's state (:func:`jaxfp8._src.recipes.core.init_state`)
+A delayed-scaling recipe's state (:func:`jaxfp8._src.recipes.state.init_state`)
 is a dict ``{role: DelayedScaling}`` with roles ``"x"`` (input), ``"w"``
 (kernel) and ``"dy"`` (output gradient). A Flax layer keeps its array
 leaves as variables with Flax's own fp8 names (``input_amax_history``,
