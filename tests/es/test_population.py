@@ -308,6 +308,39 @@ def test_block_memory_is_a_quarter_of_float32s():
     assert ratio <= 0.25, ratio
 
 
+# One member of 2^31 entries: the exact sampler's positions are int32 (no
+# x64); jaxfp8.random draws such a member in chunks (it raised OverflowError
+# while tracing). Shapes only: nothing is allocated.
+HUGE = 1 << 31
+
+
+@pytest.mark.parametrize("method", [None, "exact", "table", "cast"])
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float6_e2m3fn",
+                                 "float4_e2m1fn"])
+def test_a_member_of_2_to_31_entries_under_eval_shape(fmt, method):
+  key = jax.random.key(0)
+  # One draw of one row; a blocked draw (a row a block); no mirror.
+  for popsize, antithetic in ((2, True), (4, True), (3, False)):
+    out = jax.eval_shape(lambda k, p=popsize, a=antithetic: es.perturbations(
+        k, p, (HUGE,), fmt, antithetic=a, method=method), key)
+    assert out.shape == (popsize, HUGE), (popsize, antithetic)
+    assert out.dtype == formats.get(fmt).dtype
+  if method is None:
+    mean = jax.ShapeDtypeStruct((HUGE,), jnp.float32)
+    for rounding in ("nearest", "stochastic"):
+      out = jax.eval_shape(lambda k, m, r=rounding: es.sample_population(
+          k, m, 0.1, 2, fmt, rounding=r), key, mean)
+      assert out.shape == (2, HUGE)
+
+
+def test_openai_es_with_a_member_of_2_to_31_entries_under_eval_shape():
+  def generation(key):
+    opt = es.OpenAIES(4, optax.sgd(0.1), dtype="e4m3")
+    state = opt.init(jnp.zeros(HUGE))
+    return opt.tell(state, opt.ask(key, state), jnp.arange(4.0)).mean
+  assert jax.eval_shape(generation, jax.random.key(0)).shape == (HUGE,)
+
+
 def test_sample_population_refuses_a_nan_sigma():
   key, mean = jax.random.key(0), jnp.zeros(5)
   for sigma in (float("nan"), np.inf, jnp.array([0.1, 0.1, jnp.nan, 0.1, 0.1])):

@@ -126,3 +126,57 @@ def test_bits_near_the_entropy():
     assert table_method.bits_per_sample("normal", f, {}) <= exact
   # Float4: 16 values (entropy 3.0): one byte and a rare second.
   assert exact_method.bits_per_sample("normal", formats.get("e2m1"), {}) < 8.5
+
+
+@pytest.mark.parametrize("method", ["exact", "table"])
+@pytest.mark.parametrize("shape", [(5000,), (4096,), (50, 100)])
+def test_a_call_past_one_pass_is_chunks_of_split_keys(shape, method):
+  """Past a pass (2^31 samples; here a chunk of 1024 stands for 2^30), a
+  call's flat samples are chunks, chunk c a pass of key c of
+  ``split(key, chunks)``, the last one cut to the call's size."""
+  f = formats.get("float8_e4m3fn")
+  p = (exact_method.plan("normal", f.name, ()) if method == "exact"
+       else table_method.sampling_plan("normal", f.name, (), 16))
+  assert p.kind == "ddg"
+  key = jax.random.key(9)
+  x = exact_method.sample_plan(key, p, shape, f, chunk=1024)
+  assert x.shape == shape and x.dtype == f.dtype
+  n = int(np.prod(shape))
+  chunks = jax.random.split(key, -(-n // 1024))
+  want = np.concatenate([np.asarray(exact_method.sample_plan(k, p, (1024,), f))
+                         for k in chunks])[:n]
+  np.testing.assert_array_equal(np.asarray(x).view(np.uint8).ravel(),
+                                want.view(np.uint8))
+
+
+# Every sampler of jaxfp8.random that the exact and table methods serve (the
+# DDG trees, pure tables, bernoulli and rademacher), and a call to each.
+LARGE_CASES = [
+    ("normal e4m3", lambda k, s, m: R.normal(k, s, "e4m3", method=m)),
+    ("normal e5m2", lambda k, s, m: R.normal(k, s, "e5m2", method=m)),
+    ("normal float6", lambda k, s, m: R.normal(k, s, "float6_e2m3fn",
+                                               method=m)),
+    ("normal float4", lambda k, s, m: R.normal(k, s, "e2m1", method=m)),
+    ("uniform e4m3", lambda k, s, m: R.uniform(k, s, "e4m3", method=m)),
+    ("uniform float4", lambda k, s, m: R.uniform(k, s, "e2m1", method=m)),
+    ("truncated_normal", lambda k, s, m: R.truncated_normal(
+        k, -2.0, 3.0, s, "e4m3", method=m)),
+    ("exponential", lambda k, s, m: R.exponential(k, s, "e4m3", method=m)),
+    ("cauchy", lambda k, s, m: R.cauchy(k, s, "e4m3", method=m)),
+    ("gamma", lambda k, s, m: R.gamma(k, 2.0, s, "e4m3", method=m)),
+    ("bernoulli", lambda k, s, m: R.bernoulli(k, 0.3, s, method=m)),
+    ("rademacher", lambda k, s, m: R.rademacher(k, s, "e4m3", method=m)),
+]
+
+
+@pytest.mark.parametrize("method", ["exact", "table"])
+@pytest.mark.parametrize("case", LARGE_CASES, ids=lambda c: c[0])
+def test_2_to_31_samples_and_more_under_eval_shape(case, method):
+  """2^31 samples or more: the sampler's positions and ranks are int32 (no
+  x64), so a call draws chunks; it raised OverflowError while tracing.
+  Shapes only (``jax.eval_shape``): nothing is allocated."""
+  _, call = case
+  for shape in [(2, 1 << 30), (1 << 31) - 1, (3, (1 << 31) + 5)]:
+    out = jax.eval_shape(lambda k, s=shape: call(k, s, method),
+                         jax.random.key(0))
+    assert out.shape == (shape if isinstance(shape, tuple) else (shape,))

@@ -38,6 +38,12 @@ scratch small: glibc serves allocations above 32 MB by ``mmap`` afresh on
 every call, so a scratch above that pays its page faults again on every
 call. The fallback branch therefore draws its fresh bits one lane row at a
 time (``lax.map``).
+
+A call of 2^31 samples or more (padded) is drawn in equal chunks of at most
+2^30, each a pass of its own key (a split of the call's): a pass's flat
+positions and pool ranks are int32, as JAX without x64 computes them, and a
+loop over the chunks keeps one chunk's scratch live. Smaller calls are one
+pass.
 """
 from __future__ import annotations
 
@@ -97,11 +103,38 @@ def _index_type(main) -> jnp.dtype:
   return jnp.uint16 if main.shape[0] <= 1 << 16 else jnp.int32
 
 
+# The samples one pass of the DDG sampler draws at most: its flat positions,
+# pool ranks and word offsets are int32 (JAX without x64), and the largest of
+# them, an unused rare slot's out-of-bounds position, is the padded sample
+# count. A call of more samples draws equal chunks of at most ``_CHUNK``
+# samples, each a pass of its own key; a call of fewer is the one pass it
+# always was, so its samples are unchanged. (A pure table's pass indexes
+# only its table: one pass at any size.)
+_ONE_PASS = 1 << 31
+_CHUNK = 1 << 30
+
+
+def pass_size(n_pad: int) -> int:
+  """The samples one pass draws in a call of ``n_pad`` (padded) samples: all
+  of them, or past ``_ONE_PASS`` the size of the fewest equal chunks (whole
+  groups of :data:`tree_plan.PAD`) of at most ``_CHUNK``.
+
+  >>> pass_size(1 << 22), pass_size(1 << 31), pass_size(3 << 30)
+  (4194304, 1073741824, 1073741824)
+  >>> pass_size((1 << 31) + 128)  # 3 chunks, not 2^30 samples for the last 5
+  715827968
+  """
+  if n_pad < _ONE_PASS:
+    return n_pad
+  chunks = -(-n_pad // _CHUNK)
+  return -(-n_pad // (chunks * tree_plan.PAD)) * tree_plan.PAD
+
+
 @functools.partial(jax.jit, static_argnames=(
     "kind", "width", "levels", "capacity", "rare_capacity", "fmt_name",
-    "shape"))
+    "shape", "chunk"))
 def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
-                 capacity, rare_capacity, fmt_name, shape):
+                 capacity, rare_capacity, fmt_name, shape, chunk):
   # The tables and the pool's counts are arguments, not constants: one
   # compilation serves every law of a format, table size class, shape, depth
   # and pool capacities.
@@ -110,6 +143,25 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   if kind == "pure":
     codes = main[bits_lib.packed(key, n, width)]
     return codes_lib.from_codes(codes.reshape(shape), fmt)
+  ddg = functools.partial(_ddg_codes, main=main, pure=pure, offset=offset,
+                          counts=counts, levels=levels, capacity=capacity,
+                          rare_capacity=rare_capacity)
+  if chunk == n_pad:
+    codes = ddg(key, n, n_pad)
+  else:
+    # Chunk c, flat samples c * chunk .., is a pass of key c of a split: a
+    # loop, so that one chunk's scratch is live at a time.
+    chunks = -(-n // chunk)
+    codes = lax.map(lambda k: ddg(k, chunk, chunk),
+                    jax.random.split(key, chunks)).reshape(chunks * chunk)
+    codes = codes[:n] if chunks * chunk != n else codes
+  return codes_lib.from_codes(codes.reshape(shape), fmt)
+
+
+def _ddg_codes(key, n: int, n_pad: int, *, main, pure, offset, counts,
+               levels: int, capacity: int, rare_capacity: int) -> jax.Array:
+  """One pass of the DDG sampler: the flat uint8 codes of ``n`` samples
+  (``n_pad`` of them padded to whole groups: below ``_ONE_PASS``)."""
   n_bytes, slots, words, rare_words = (counts[i] for i in range(4))
   groups = n_pad // pool_lib.GROUP
   k_main, k_pool, k_fresh = jax.random.split(key, 3)
@@ -160,8 +212,7 @@ def _tree_sample(key, main, pure, offset, counts, *, kind, width, levels,
   # The rare samples' indices replace the two-level ones (a scatter of
   # ``rare_capacity`` entries, the out-of-bounds ones dropped).
   index = index.reshape(n_pad).at[position].set(rare, mode="drop")
-  codes = main.at[index[:n].astype(jnp.int32)].get(mode="promise_in_bounds")
-  return codes_lib.from_codes(codes.reshape(shape), fmt)
+  return main.at[index[:n].astype(jnp.int32)].get(mode="promise_in_bounds")
 
 
 def _table_class(size: int) -> int:
@@ -171,26 +222,32 @@ def _table_class(size: int) -> int:
 
 
 def sample_plan(key, p: tree_plan.TreePlan, shape: tuple[int, ...],
-                fmt: formats.Format, *, pool: tree_plan.Pool | None = None):
+                fmt: formats.Format, *, pool: tree_plan.Pool | None = None,
+                chunk: int | None = None):
   """Samples of the law of plan ``p`` in ``fmt`` (native array or
   CodeArray). ``pool`` replaces the pool's sizes (for tests: one too small
-  for the call takes the fresh-bits branch)."""
+  for the call takes the fresh-bits branch), ``chunk`` the samples of a pass
+  (for tests: a multiple of :data:`tree_plan.PAD` below ``_ONE_PASS``; a
+  call of more samples is drawn in chunks of it)."""
+  shape = tuple(shape)
   if p.kind == "pure":
     return _tree_sample(key, p.main, np.zeros(1, np.int32),
                         np.zeros(1, np.int32), np.zeros(4, np.int32),
                         kind="pure", width=p.width, levels=1, capacity=0,
-                        rare_capacity=0, fmt_name=fmt.name, shape=tuple(shape))
-  n_pad = bits_lib.padded_size(tuple(shape), tree_plan.PAD)[1]
-  pool = pool or tree_plan.pool_for(p, n_pad)
+                        rare_capacity=0, fmt_name=fmt.name, shape=shape,
+                        chunk=0)
+  n_pad = bits_lib.padded_size(shape, tree_plan.PAD)[1]
+  chunk = min(chunk or pass_size(n_pad), n_pad)
+  # The pool and its capacities are a pass's.
+  pool = pool or tree_plan.pool_for(p, chunk)
   main = np.zeros(_table_class(len(p.main)), np.uint8)
   main[:len(p.main)] = p.main
   return _tree_sample(key, main, np.array(p.pure, np.int32),
                       np.array(p.offset, np.int32),
                       pool.counts(), kind="ddg", width=p.width,
-                      levels=p.levels,
-                      capacity=pool.capacity(n_pad),
-                      rare_capacity=pool.rare_capacity,
-                      fmt_name=fmt.name, shape=tuple(shape))
+                      levels=p.levels, capacity=pool.capacity(chunk),
+                      rare_capacity=pool.rare_capacity, fmt_name=fmt.name,
+                      shape=shape, chunk=chunk)
 
 
 def sample(key, dist: str, shape: tuple[int, ...], fmt: formats.Format,
