@@ -206,6 +206,10 @@ def test_refuses_strategies_without_wrappable_noise(name):
     ({"method": "nope"}, ValueError, "method.*nope"),
     ({"noise_dtype": "float32", "method": "exact"}, ValueError, "method"),
     ({"population_dtype": "e8m0"}, ValueError, "population_dtype.*signed"),
+    ({"population_dtype": "bogus"}, ValueError, "bogus.*`population_dtype`"),
+    ({"population_dtype": jnp.int8}, TypeError,
+     "`population_dtype`.*floating format.*got int8"),
+    ({"noise_dtype": None}, TypeError, "`noise_dtype`.*got None"),
 ])
 def test_bad_options(kw, error, words):
   with pytest.raises(error, match=words) as info:

@@ -146,7 +146,8 @@ class EvosaxStrategy:
     self.noise_dtype = fmt.dtype
     self.method = method
     self._noise_fmt = fmt.name
-    self.population_dtype = member_format(population_dtype, fn).dtype
+    self.population_dtype = member_format(population_dtype,
+                                          "population_dtype", fn).dtype
     # evosax ravels pytree solutions with ravel_pytree; so do members.
     _, self._unravel = flatten_util.ravel_pytree(strategy.solution)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import rounding as rounding_lib
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import as_float32
 from jaxfp8._src.numerics.codes import CodeArray
 
@@ -46,23 +47,75 @@ def candidates(z: jax.Array, mean: jax.Array, std: jax.Array,
   return mean + std * ((z @ jnp.diag(d).T) @ b.T)
 
 
-def member_format(dtype: Any, fn: str) -> formats.Format:
+def member_format(dtype: Any, arg: str, fn: str) -> formats.Format:
   """The format members are built in: wide, or narrow and held by this JAX.
 
+  ``arg`` is the name the public ``fn`` gives ``dtype`` (``dtype`` in
+  :class:`NarrowPopulation`, ``population_dtype`` in ``EvosaxStrategy``).
+
   Raises:
-    ValueError: for an unsigned format (E8M0) or one the installed JAX can't
-      hold in arrays (a member must be an array of weights).
+    TypeError: for a dtype that is not a floating format.
+    ValueError: for an unknown name, an unsigned format (E8M0) or one the
+      installed JAX can't hold in arrays (a member must be an array of
+      weights).
   """
-  fmt = formats.get(dtype, arg="population_dtype", fn=fn)
+  fmt = formats.get(dtype, arg=arg, fn=fn)
   if not fmt.signed:
-    raise ValueError(f"`population_dtype` argument to `{fn}` must be a signed "
-                     f"format (members are weights of either sign), got "
-                     f"{fmt.name}")
+    raise ValueError(f"`{arg}` argument to `{fn}` must be a signed format "
+                     f"(members are weights of either sign), got {fmt.name}")
   if fmt.narrow and not fmt.native:
-    raise ValueError(f"`population_dtype` argument to `{fn}` must be a format "
-                     f"this JAX ({jax.__version__}) holds in arrays, so that "
-                     f"members can be weights; got {fmt.name}")
+    raise ValueError(f"`{arg}` argument to `{fn}` must be a format this JAX "
+                     f"({jax.__version__}) holds in arrays, so that members "
+                     f"can be weights; got {fmt.name}")
   return fmt
+
+
+def check_population(noise: Any, mean: Any, std: Any, d: Any, b: Any,
+                     unravel: Any, fn: str) -> None:
+  """Checks the parts of a population: ``noise`` a ``(popsize, num_dims)``
+  array of a signed format; ``mean``, ``std`` and ``d`` arrays or scalars
+  that broadcast to ``(num_dims,)``; ``b`` (with ``d`` only) of shape
+  ``(num_dims, num_dims)``; ``unravel`` None or callable.
+
+  Raises:
+    TypeError: for a part of the wrong kind, naming ``fn`` and the argument.
+    ValueError: for a part of the wrong shape, or ``b`` without ``d``.
+  """
+  if not isinstance(noise, (jax.Array, np.ndarray, CodeArray)):
+    raise TypeError(f"`noise` argument to `{fn}` must be an array of shape "
+                    f"(popsize, num_dims), got {type(noise).__name__}")
+  try:
+    fmt = formats.get(noise.dtype)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"`noise` argument to `{fn}` must be an array of a "
+                    f"floating format, got {noise.dtype}") from e
+  if not fmt.signed:
+    raise ValueError(f"`noise` argument to `{fn}` must be of a signed format "
+                     f"(noise is symmetric about 0), got {fmt.name}")
+  if noise.ndim != 2:
+    raise ValueError(f"`noise` argument to `{fn}` must have shape (popsize, "
+                     f"num_dims), got shape {tuple(noise.shape)}")
+  num_dims = noise.shape[1]
+  for arg, x in (("mean", mean), ("std", std), ("d", d)):
+    if x is None and arg == "d":
+      continue
+    validate.check_array(x, arg, fn)
+    if np.shape(x) not in ((), (1,), (num_dims,)):
+      raise ValueError(f"`{arg}` argument to `{fn}` must broadcast to "
+                       f"(num_dims,) = ({num_dims},), the noise's rows, got "
+                       f"shape {np.shape(x)}")
+  if b is not None:
+    if d is None:
+      raise ValueError(f"`b` argument to `{fn}` (CMA-ES's eigenvectors) "
+                       f"needs the axis scales `d`, got b without d")
+    validate.check_array(b, "b", fn)
+    if np.shape(b) != (num_dims, num_dims):
+      raise ValueError(f"`b` argument to `{fn}` must have shape (num_dims, "
+                       f"num_dims) = ({num_dims}, {num_dims}), got shape "
+                       f"{np.shape(b)}")
+  if unravel is not None and not callable(unravel):
+    raise TypeError(f"`unravel` argument to `{fn}` must be None or callable, "
+                    f"got {type(unravel).__name__}")
 
 
 def to_member_dtype(x: jax.Array, fmt: formats.Format) -> jax.Array:
@@ -97,6 +150,15 @@ class NarrowPopulation:
     dtype: the dtype members are built in.
     unravel: turns a flat member into the solution's pytree.
 
+  Raises:
+    TypeError: for a ``noise`` that is not an array of a floating format, a
+      ``mean``, ``std``, ``d`` or ``b`` that is not an array or a scalar, an
+      ``unravel`` that is not callable, or a ``dtype`` that is not a
+      floating format.
+    ValueError: for parts whose shapes don't fit the noise's ``(popsize,
+      num_dims)``, a ``b`` without ``d``, unsigned noise, or a ``dtype``
+      that is unsigned (E8M0), unknown or not held in arrays by this JAX.
+
   >>> import jax.numpy as jnp
   >>> pop = NarrowPopulation(jnp.array([[1, -1], [0.5, 2]], jnp.float8_e4m3fn),
   ...                        jnp.zeros(2), jnp.float32(0.1), dtype="bfloat16")
@@ -109,8 +171,9 @@ class NarrowPopulation:
                d: jax.Array | None = None, b: jax.Array | None = None, *,
                dtype: Any = jnp.float32,
                unravel: Callable[[jax.Array], Any] | None = None):
+    check_population(noise, mean, std, d, b, unravel, "NarrowPopulation")
     self.noise, self.mean, self.std, self.d, self.b = noise, mean, std, d, b
-    self._fmt = member_format(dtype, "NarrowPopulation")
+    self._fmt = member_format(dtype, "dtype", "NarrowPopulation")
     self.unravel = unravel
 
   @property
