@@ -101,10 +101,16 @@ def test_openai_es_errors():
                            ({"sigma_min": -1.0}, ValueError, "sigma_min"),
                            ({"sigma": float("nan")}, ValueError, "sigma"),
                            ({"sigma": "0.1"}, TypeError, "sigma"),
-                           ({"sigma": jnp.ones(2)}, TypeError, "sigma")):
+                           ({"sigma": jnp.ones(2)}, TypeError, "sigma"),
+                           ({"antithetic": "no"}, TypeError, "antithetic"),
+                           ({"antithetic": None}, TypeError, "antithetic"),
+                           ({"maximize": "no"}, TypeError, "maximize"),
+                           ({"dtype": jnp.int8}, TypeError, "dtype")):
     with pytest.raises(err, match=f"`{arg}` argument to `OpenAIES`"):
       es.OpenAIES(8, optax.adam(0.1), **kwargs)
   assert es.OpenAIES(8, optax.adam(0.1), sigma=jnp.float32(0.5)).sigma == 0.5
+  with pytest.raises(TypeError, match="`mean` argument to `OpenAIES.init`"):
+    opt.init("mean")
 
 
 def test_openai_es_settings_may_be_traced():

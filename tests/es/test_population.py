@@ -156,6 +156,10 @@ def test_perturbation_errors():
     es.perturbations(key, 4, 3, "e4m3", method="fast")
   with pytest.raises(ValueError, match="`shape`"):
     es.perturbations(key, 4, (3, -1), "e4m3")
+  for antithetic in ("no", None, 1):  # "no" and 1 were taken as True
+    with pytest.raises(TypeError, match="`antithetic` argument to "
+                                        "`perturbations` must be a bool"):
+      es.perturbations(key, 4, 3, "e4m3", antithetic=antithetic)
 
 
 @pytest.mark.parametrize("fmt", POP_DTYPES)
@@ -220,6 +224,9 @@ def test_sample_population_errors():
     es.sample_population(key, "zeros", 1.0, 4, "e4m3")
   with pytest.raises(ValueError, match="even"):
     es.sample_population(key, jnp.zeros(5), 1.0, 5, "e4m3")
+  with pytest.raises(TypeError, match="`antithetic` argument to "
+                                      "`sample_population` must be a bool"):
+    es.sample_population(key, jnp.zeros(5), 1.0, 4, "e4m3", antithetic="no")
 
 
 # -- blocks: large populations are drawn block by block ------------------------

@@ -115,6 +115,8 @@ class OpenAIES:
 
   def __post_init__(self):
     fn = "OpenAIES"
+    for arg in ("antithetic", "maximize"):
+      validate.check_bool(getattr(self, arg), arg, fn)
     check_popsize(self.popsize, self.antithetic, fn)
     if self.popsize < 2:
       raise ValueError(f"`popsize` argument to `{fn}` must be at least 2, got "
@@ -145,7 +147,11 @@ class OpenAIES:
 
   def init(self, mean: Any) -> ESState:
     """The initial state, centred on ``mean`` (any shape, kept in float32)."""
-    mean = jnp.asarray(mean, jnp.float32)
+    try:
+      mean = jnp.asarray(mean, jnp.float32)
+    except (TypeError, ValueError) as e:
+      raise TypeError(f"`mean` argument to `OpenAIES.init` must be an array "
+                      f"of numbers, got {type(mean).__name__}") from e
     return ESState(mean, jnp.float32(self.sigma), self.optimizer.init(mean),
                    jnp.int32(0))
 

@@ -256,7 +256,7 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
     :class:`jaxfp8.CodeArray` for formats XLA can't hold, such as float6).
 
   Raises:
-    TypeError: for a bad key, popsize or shape.
+    TypeError: for a bad key, popsize, shape or antithetic (not a bool).
     ValueError: for an odd popsize with antithetic=True, an unsigned format
       (E8M0), an unknown format or method, or a method with a wide dtype.
 
@@ -269,10 +269,11 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   """
   fn = "perturbations"
   key = validate.check_single_key(key, fn)
+  antithetic = validate.check_bool(antithetic, "antithetic", fn)
   popsize = check_popsize(popsize, antithetic, fn)
   shape = validate.check_shape(shape, fn)
   fmt = population_format(dtype, fn)
-  return _perturbations_jit(key, popsize, shape, fmt.name, bool(antithetic),
+  return _perturbations_jit(key, popsize, shape, fmt.name, antithetic,
                             check_method(method, fmt, fn),
                             _block(popsize, shape, fmt, antithetic))
 
@@ -341,7 +342,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
     :class:`jaxfp8.CodeArray` for float6).
 
   Raises:
-    TypeError: for a bad key, popsize, mean or sigma.
+    TypeError: for a bad key, popsize, mean, sigma or antithetic.
     ValueError: as :func:`perturbations`, for an unknown rounding, or a sigma
       that does not broadcast to ``mean.shape`` or (concrete) holds a NaN or
       an infinity.
@@ -354,6 +355,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   """
   fn = "sample_population"
   key = validate.check_single_key(key, fn)
+  antithetic = validate.check_bool(antithetic, "antithetic", fn)
   popsize = check_popsize(popsize, antithetic, fn)
   fmt = population_format(dtype, fn)
   validate.check_choice(rounding, ROUNDINGS, "rounding", fn)
@@ -368,7 +370,7 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
     raise ValueError(f"`sigma` argument to `{fn}` must broadcast to the mean's "
                      f"shape {mean.shape}, got shape {sigma.shape}")
   return _sample_population_jit(key, mean, sigma, popsize, fmt.name,
-                                bool(antithetic), rounding,
+                                antithetic, rounding,
                                 check_method(None, fmt, fn),
                                 _block(popsize, mean.shape, fmt, antithetic))
 
