@@ -83,3 +83,14 @@ def test_parts_that_fit_are_taken():
   traced = jax.jit(lambda z, m: es.NarrowPopulation(z, m, STD).members())(
       NOISE, MEAN)
   np.testing.assert_array_equal(traced, wide.members())
+
+
+@pytest.mark.parametrize("population", ["x", {}, 3, jnp.float32(1)])
+def test_evaluate_names_a_population_it_cannot_map(population):
+  with pytest.raises(TypeError, match="`population` argument to `evaluate`"):
+    es.evaluate(lambda m: m, population)
+
+
+def test_evaluate_maps_stacked_members_as_they_are():
+  got = es.evaluate(lambda m: m["a"].sum(), {"a": jnp.ones((2, 3))})
+  np.testing.assert_array_equal(got, [3.0, 3.0])

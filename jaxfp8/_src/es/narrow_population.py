@@ -264,7 +264,9 @@ def evaluate(fn: Callable[..., Any], population: Any, *xs: Any,
     ``fn``'s outputs stacked along a leading popsize axis.
 
   Raises:
-    TypeError: for a ``fn`` that is not callable or a bad ``batch_size``.
+    TypeError: for a ``fn`` that is not callable, a ``population`` that is
+      neither a NarrowPopulation nor stacked arrays, or a bad
+      ``batch_size``.
     ValueError: for ``xs`` whose leading axis is not the popsize.
 
   >>> import jax.numpy as jnp
@@ -287,7 +289,13 @@ def evaluate(fn: Callable[..., Any], population: Any, *xs: Any,
     build = lambda r: population.member(to_noise(r))
   else:
     rows, build = population, lambda member: member
-  n = jax.tree_util.tree_leaves(rows)[0].shape[0]
+  leaves = jax.tree_util.tree_leaves(rows)
+  if not leaves or any(not hasattr(l, "shape") or not hasattr(l, "dtype")
+                       or not np.shape(l) for l in leaves):
+    raise TypeError(f"`population` argument to `{fn_name}` must be a "
+                    f"NarrowPopulation or a pytree of arrays stacked along a "
+                    f"leading popsize axis, got {type(population).__name__}")
+  n = leaves[0].shape[0]
   for i, x in enumerate(xs):
     for leaf in jax.tree_util.tree_leaves(x):
       if not np.shape(leaf) or np.shape(leaf)[0] != n:
