@@ -365,3 +365,28 @@ def test_quantize_has_no_gradient():
   f = lambda x: nvfp4.quantize(x)[2]
   with pytest.raises(TypeError, match="no gradient"):
     jax.grad(f)(jnp.ones((2, 16)))
+
+
+# e2m1's ties (1.25, 2.5, 5 between grid points; x / block_scale exactly
+# there) under block scales whose reciprocal is inexact: XLA compiles
+# x / broadcast(scale) into x * broadcast(1 / scale), which lands an ulp
+# above the tie (issue #43's property sweep); the quotient must be IEEE's.
+@pytest.mark.parametrize("jit", [False, True])
+def test_format_ties_round_to_even_under_every_block_scale(jit):
+  grid = np.array([0, .5, 1, 1.5, 2, 3, 4, 6])
+  ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+  scales = np.array([1.125, 1.25, 1.375, 1.625, 1.75, 1.875, 0.5625, 0.9375])
+  x = np.zeros((len(scales), 32), np.float32)
+  x[:, 0] = 6 * scales  # each block's amax: block scale = the scale itself
+  x[:, 16] = -6 * scales
+  x[:, 1:1 + len(ties)] = ties * scales[:, None]
+  x[:, 17:17 + len(ties)] = -ties * scales[:, None]
+  f = lambda x: mx.quantize(x, "nvfp4").dequantize()
+  got = np.asarray((jax.jit(f) if jit else f)(jnp.asarray(x)))
+  lo = np.array([grid[grid <= t].max() for t in ties])
+  hi = np.array([grid[grid >= t].min() for t in ties])
+  even = np.where(np.isin(lo, grid[::2]), lo, hi)
+  np.testing.assert_array_equal(got[:, 1:1 + len(ties)] / scales[:, None],
+                                np.broadcast_to(even, (len(scales), len(ties))))
+  np.testing.assert_array_equal(got[:, 17:17 + len(ties)] / scales[:, None],
+                                -np.broadcast_to(even, (len(scales), len(ties))))

@@ -192,7 +192,9 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
     previous: returned where ``amax_value`` is zero or not finite.
 
   Returns:
-    ``amax_value * 2^margin / fmt.max`` as a float32 scalar, kept within
+    ``amax_value * 2^margin / fmt.max`` as a float32 scalar (the division
+    as a product by float32's ``1 / fmt.max``, as XLA compiles it under
+    ``jit``, so eager and jitted scales agree), kept within
     float32's normal range (a scale past float32's max is clamped to it, so
     the tensor saturates rather than becoming NaN or zero). A subnormal
     ``amax_value`` is a real amax (its scale is computed exactly, by powers
@@ -214,10 +216,14 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   margin = _check_margin(margin, fn)
   _check_previous(previous, fn)
   a = as_float32(amax_value)
-  # Divide, then shift by the margin exactly: no overflowing factor; a
-  # subnormal amax is first made normal (XLA on CPU would flush it).
+  # Times float32(1 / max), then shift by the margin exactly: no
+  # overflowing factor; a subnormal amax is first made normal (XLA on CPU
+  # would flush it). XLA compiles a division by a constant (or by any
+  # broadcast scalar) into this product under jit, while an eager scalar
+  # division is exact: written as the product, jit and eager agree.
   an, k = _normalized(a)
-  scale = jnp.ldexp(an / np.float32(fmt.max), jnp.int32(margin) - k)
+  scale = jnp.ldexp(an * (np.float32(1) / np.float32(fmt.max)),
+                    jnp.int32(margin) - k)
   scale = jnp.clip(scale, _MIN_SCALE, _MAX_SCALE)
   if power_of_two:
     mant, exp = jnp.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)

@@ -14,6 +14,9 @@ on every backend:
   operation there, and scale back; a result below 2^-126 would be rounded
   twice that way, so it is computed from the integer significands instead
   (a 48-bit product in two 24-bit words; a long division).
+* :func:`divide` is an IEEE quotient where the divisor is broadcast (one
+  block scale per block): XLA rewrites ``x / broadcast(y)`` into
+  ``x * broadcast(1 / y)``, off by an ulp where ``1 / y`` is inexact.
 * :func:`mul_into_narrow` is the cheap per-element product used before
   rounding into a narrow format: exact where ``|x * s| >= 2^-126``, and
   below that a value under 2^-126 with the right sign, which every fp8/fp4
@@ -201,3 +204,22 @@ def mul_into_narrow(x: jax.Array, s: jax.Array) -> jax.Array:
 
 
 __all__ = ["F32_MAX", "mul", "mul_into_narrow", "reciprocal"]
+
+
+def divide(x: jax.Array, y: jax.Array) -> jax.Array:
+  """``x / y`` correctly rounded (IEEE), ``y`` broadcast against ``x``.
+
+  XLA (on CPU at least) compiles a division by a broadcast divisor, eager
+  or jitted, into a product by the broadcast reciprocal, which is not the
+  correctly rounded quotient where ``1 / y`` is inexact (``2.8125 / 1.875``
+  comes out just above 1.5, a tie of e2m1's grid). The divisor is
+  materialized at the quotient's shape behind an optimization barrier, so
+  the division stays one.
+
+  >>> divide(jnp.full((2, 2), 2.8125, jnp.float32), jnp.float32(1.875))
+  Array([[1.5, 1.5],
+         [1.5, 1.5]], dtype=float32)
+  """
+  shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(y))
+  y = lax.optimization_barrier(jnp.broadcast_to(y, shape))
+  return x / y

@@ -175,8 +175,8 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
   def exact(t, j, sv, rand):
     bits = lax.bitcast_convert_type(t, U32)
     xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -j)
-    ym = lax.bitcast_convert_type(lax.bitcast_convert_type(xs, jnp.float32)
-                                  / sv, U32)
+    ym = lax.bitcast_convert_type(
+        f32.divide(lax.bitcast_convert_type(xs, jnp.float32), sv), U32)
     ym = jnp.where((xs < 0x800000) | (sv == 0), U32(0), ym)
     codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | ym,
                                        _FORMAT, rounding=rounding, rand=rand)
@@ -191,8 +191,8 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     mag = (bits & 0x7FFFFFFF).astype(I32)
     xs = mag - (j << 23)
     xs = jnp.where((mag >= 0x800000) & (xs >= 0x800000), xs, 0)
-    ym = lax.bitcast_convert_type(lax.bitcast_convert_type(xs, jnp.float32)
-                                  / sv, U32)
+    ym = lax.bitcast_convert_type(
+        f32.divide(lax.bitcast_convert_type(xs, jnp.float32), sv), U32)
     ym = jnp.where(sv == 0, U32(0), ym)
     codes = elements_lib.fast_element_codes(
         (bits & U32(bits_lib.SIGN)) | ym, jnp.zeros(sv.shape[:-1], I32),

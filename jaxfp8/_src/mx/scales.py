@@ -27,6 +27,7 @@ import numpy as np
 
 from jaxfp8._src.mx import bits as bits_lib
 from jaxfp8._src.mx import elements as elements_lib
+from jaxfp8._src.mx import f32
 from jaxfp8._src.mx import tuning
 from jaxfp8._src.mx.formats import MXFormat
 
@@ -149,7 +150,8 @@ def nv_scales(bmax: jax.Array, mx: MXFormat, mode: str
   # a 4-bit scale, later) never rounds onto a rounding boundary of a coarser
   # grid unless it is exactly there, so rounding the float32 quotient again
   # is exact.
-  q = lax.bitcast_convert_type(bamax, jnp.float32) / np.float32(mx.max)
+  q = f32.divide(lax.bitcast_convert_type(bamax, jnp.float32),
+                 np.float32(mx.max))
   scale_rounding = _NV_SCALE_ROUNDING[mode]
   sc = _scale_codes(q, mx.scale, scale_rounding)
   if scale_rounding == "up":  # x / 2^j or q may be below float32's range
