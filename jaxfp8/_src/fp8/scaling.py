@@ -213,7 +213,7 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   """
   fn = "compute_scale"
   fmt = signed_format(fmt, arg="fmt", fn=fn)
-  margin = _check_margin(margin, fn)
+  margin = check_margin(margin, fn)
   _check_previous(previous, fn)
   a = as_float32(amax_value)
   # Times float32(1 / max), then shift by the margin exactly: no
@@ -259,7 +259,9 @@ def dequantize(q: Any, scale: Any, dtype: Any = jnp.float32) -> jax.Array:
       dtype)
 
 
-def _check_margin(margin: Any, fn: str) -> int:
+def check_margin(margin: Any, fn: str) -> int:
+  """``margin`` as an int in [-126, 126], or TypeError/ValueError naming
+  ``fn``."""
   if not isinstance(margin, (int, np.integer)) or isinstance(margin, bool):
     raise TypeError(f"`margin` argument to `{fn}` must be an integer, got "
                     f"{type(margin).__name__}")
@@ -297,7 +299,7 @@ class CurrentScaling:
     fmt = signed_format(self.format, arg="format", fn="CurrentScaling")
     object.__setattr__(self, "power_of_two", bool(self.power_of_two))
     object.__setattr__(self, "format", fmt.name)
-    object.__setattr__(self, "margin", _check_margin(self.margin,
+    object.__setattr__(self, "margin", check_margin(self.margin,
                                                      "CurrentScaling"))
 
   def tree_flatten(self):
@@ -370,7 +372,7 @@ class DelayedScaling:
     if not callable(self.reduction):
       validate.check_choice(self.reduction, REDUCTIONS, "reduction",
                             "DelayedScaling")
-    object.__setattr__(self, "margin", _check_margin(self.margin,
+    object.__setattr__(self, "margin", check_margin(self.margin,
                                                      "DelayedScaling"))
 
   @classmethod

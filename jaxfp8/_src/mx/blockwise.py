@@ -74,12 +74,13 @@ _FAST_DECODE_MIN = np.float32(2.0**-100)
 
 # -- arguments -----------------------------------------------------------------
 
-def check_block(block: Any, fn: str) -> tuple[int, int]:
-  """``block`` as a pair of positive ints, or TypeError/ValueError."""
+def check_block(block: Any, fn: str, arg: str = "block") -> tuple[int, int]:
+  """``block`` as a pair of positive ints, or TypeError/ValueError naming
+  ``arg``."""
   if (not isinstance(block, (tuple, list)) or len(block) != 2):
-    raise TypeError(f"`block` argument to `{fn}` must be a pair (rows, "
+    raise TypeError(f"`{arg}` argument to `{fn}` must be a pair (rows, "
                     f"columns) such as (1, 128) or (128, 128), got {block!r}")
-  return tuple(validate.check_size(b, "block", fn, minimum=1) for b in block)
+  return tuple(validate.check_size(b, arg, fn, minimum=1) for b in block)
 
 
 def check_matrix(x: Any, fn: str, arg: str = "x") -> jax.Array:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import operator
 from typing import Any, Iterator
 
 import jax
@@ -88,12 +89,12 @@ def _dim_tuple(t: Any, ndim: int, what: str) -> tuple[int, ...]:
     raise TypeError(f"{what} must be a sequence of ints, got {t!r}") from e
   out = []
   for d in items:
-    if isinstance(d, (bool, np.bool_)) or not isinstance(
-        d, (int, np.integer)) and not (
-            isinstance(d, (np.ndarray, jax.Array)) and d.ndim == 0
-            and jnp.issubdtype(d.dtype, jnp.integer)):
-      raise TypeError(f"{what} must hold ints, got {d!r} in {t!r}")
-    d = int(d)
+    try:  # an index, as lax takes it; 1.7 is refused, not truncated
+      if isinstance(d, (bool, np.bool_)):
+        raise TypeError
+      d = operator.index(d)
+    except TypeError:
+      raise TypeError(f"{what} must hold ints, got {d!r} in {t!r}") from None
     if not 0 <= d < ndim:
       raise ValueError(f"{what} must be in [0, {ndim}) for an operand with "
                        f"{ndim} axes, got {d} in {t!r}")

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import operator
 from typing import Any, Callable, Optional
-
-import numpy as np
 
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx import blockwise
@@ -68,17 +65,6 @@ def bf16() -> Recipe:
 _FN = "get_recipe"
 
 
-def _check_margin(margin: Any) -> int:
-  if (not isinstance(margin, (int, np.integer))
-      or isinstance(margin, (bool, np.bool_))):
-    raise TypeError(f"`margin` argument to `{_FN}` must be an integer, got "
-                    f"{margin!r}")
-  if abs(int(margin)) > 126:
-    raise ValueError(f"`margin` argument to `{_FN}` must be in [-126, 126] "
-                     f"(powers of two of headroom), got {margin}")
-  return int(margin)
-
-
 def _per_tensor(name: str, delayed: bool):
   def build(*, format: Any = "float8_e4m3fn",  # pylint: disable=redefined-builtin
             grad_format: Any = "float8_e5m2", pow2_scales: bool = False,
@@ -86,7 +72,7 @@ def _per_tensor(name: str, delayed: bool):
     fmt = scaling.signed_format(format, arg="format", fn=_FN).name
     gfmt = scaling.signed_format(grad_format, arg="grad_format", fn=_FN).name
     pow2 = validate.check_bool(pow2_scales, "pow2_scales", _FN)
-    margin = _check_margin(margin)
+    margin = scaling.check_margin(margin, _FN)
     scale = "pow2" if pow2 else "float32"
     q = lambda f: Quantizer("tensor", f, scale=scale, delayed=delayed,
                             margin=margin)
@@ -111,13 +97,14 @@ _WEIGHT_BLOCKS = ((16, 16), (1, 16))
 
 
 def _check_weight_block(weight_block: Any) -> tuple[int, int]:
-  try:
-    ok = not isinstance(weight_block, str) and all(
-        not isinstance(b, (bool, np.bool_)) for b in weight_block)
-    block = tuple(operator.index(b) for b in weight_block)
-  except TypeError:
-    ok = False
-  if not ok or block not in _WEIGHT_BLOCKS:
+  pair = weight_block
+  if not isinstance(pair, str):  # any sequence of two ints, as tuple() takes
+    try:
+      pair = tuple(pair)
+    except TypeError:
+      pass
+  block = blockwise.check_block(pair, _FN, arg="weight_block")
+  if block not in _WEIGHT_BLOCKS:
     raise ValueError(f"`weight_block` argument to `{_FN}` must be (16, 16) "
                      f"(square blocks) or (1, 16), got {weight_block!r}")
   return block
