@@ -98,13 +98,19 @@ def _normalized(v: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def divide(x32: jax.Array, scale: jax.Array) -> jax.Array:
-  """``x32 / scale`` in float32, rounded once, subnormal operands included.
+  """``x32 / scale`` in float32 as XLA computes it, subnormals included.
 
   Package-internal: XLA on CPU flushes float32 subnormals to zero, so a
   tensor whose values are subnormal (bf16 values near 1e-38) would divide to
   zeros. Both operands are brought into the normal range by exact powers of
   two first; a quotient that is itself subnormal still flushes, which no
   narrow format can tell from zero.
+
+  The scale is a scalar, and XLA compiles a division by a broadcast scalar
+  into a product by its reciprocal (eagerly and under ``jit``, on CPU at
+  least): two roundings, which can differ from the IEEE quotient in the last
+  bit (``mx.f32.divide`` is the IEEE one). Per-tensor scaling keeps this
+  rule; the recipes' golden files pin its bits.
 
   >>> divide(jnp.float32(1e-39), jnp.float32(2.0**-126))  # NumPy's quotient
   Array(0.08507061, dtype=float32)
