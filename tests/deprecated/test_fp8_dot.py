@@ -124,12 +124,19 @@ def test_dtypes_and_preferred_element_type():
   dims = (((1,), (0,)), ((), ()))
   # bfloat16 operands rounded in NumPy: an eager astype compiles per shape
   xb, wb = (jax.device_put(np.asarray(a).astype(jnp.bfloat16)) for a in (x, w))
-  y = P.fp8_dot_general(xb, wb, dims)
+
+  # One program for the three results (op by op, each op compiles).
+  @jax.jit
+  def results(xb, wb):
+    y = P.fp8_dot_general(xb, wb, dims)
+    y32 = P.fp8_dot_general(xb, wb, dims, preferred_element_type=jnp.float32)
+    dx, dw = jax.grad(lambda a, b: P.fp8_dot_general(a, b, dims).astype(
+        jnp.float32).sum(), argnums=(0, 1))(xb, wb)
+    return y, y32, dx, dw
+
+  y, y32, dx, dw = results(xb, wb)
   assert y.dtype == jnp.bfloat16
-  y32 = P.fp8_dot_general(xb, wb, dims, preferred_element_type=jnp.float32)
   assert y32.dtype == jnp.float32
-  dx, dw = jax.grad(lambda a, b: P.fp8_dot_general(a, b, dims).astype(
-      jnp.float32).sum(), argnums=(0, 1))(xb, wb)
   assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.bfloat16
   with pytest.raises(TypeError, match="lhs.*floating"):
     P.fp8_dot_general(jax.device_put(np.ones((2, 2), np.int32)),
@@ -145,9 +152,17 @@ def test_never_nan_with_huge_inputs():
   x = jnp.array([[3e38, -1e30], [1.0, 2.0]])
   w = jnp.array([[1e-30, 0.0], [5.0, 3e-38]])
   dims = (((1,), (0,)), ((), ()))
-  y, vjp = jax.vjp(lambda a, b: P.fp8_dot_general(a, b, dims), x, w)
+
+  # The value and both gradients in one program (op by op, each op compiles).
+  @jax.jit
+  def value_and_grads(a, b, g):
+    y, vjp = jax.vjp(lambda a, b: P.fp8_dot_general(a, b, dims), a, b)
+    return y, vjp(g)
+
+  y, grads = value_and_grads(x, w, jax.device_put(np.ones((2, 2), np.float32)))
+  assert y.shape == (2, 2) and y.dtype == jnp.float32
   assert np.isfinite(np.asarray(y)).all()
-  for d in vjp(jax.device_put(np.ones(y.shape, y.dtype))):
+  for d in grads:
     assert not np.isnan(np.asarray(d)).any()
 
 
@@ -167,8 +182,8 @@ def test_delayed_scaling_state_is_updated_by_gradient_under_jit():
     return jax.grad(loss, argnums=(0, 1))(w, states)
 
   gw, new = step(w, states)
-  y = P.fp8_dot_general(x, w, dims, lhs_scaling=states[0],
-                        rhs_scaling=states[1])
+  y = jax.jit(lambda x, w, states: P.fp8_dot_general(
+      x, w, dims, lhs_scaling=states[0], rhs_scaling=states[1]))(x, w, states)
   # max |.| in NumPy; the output gradient of the squared error is 2 (y - t)
   xn, wn, yn, tn = (np.asarray(a) for a in (x, w, y, t))
   amaxes = [float(np.max(np.abs(a))) for a in (xn, wn, 2 * (yn - tn))]
@@ -195,14 +210,15 @@ def test_linen_dense_with_train_state():
   from flax.training import train_state  # pylint: disable=g-import-not-at-top
   x, t, k = _regression_data()
   model = nn.Dense(4, dot_general_cls=P.Fp8DotGeneral)
-  variables = model.init(k, x)
+  # Jitted: init and the loss op by op would compile each op.
+  variables = jax.jit(model.init)(k, x)
   state_vars = variables[P.OVERWRITE_WITH_GRADIENT]["Fp8DotGeneral_0"]
   assert set(state_vars) == {f"{r}_{n}" for r in ("input", "kernel",
                                                   "output_grad")
                              for n in ("amax_history", "scale")}
   ts = train_state.TrainState.create(apply_fn=model.apply, params=variables,
                                      tx=optax.adam(3e-2))
-  loss = lambda p: jnp.mean((ts.apply_fn(p, x) - t) ** 2)
+  loss = jax.jit(lambda p: jnp.mean((ts.apply_fn(p, x) - t) ** 2))
 
   @jax.jit
   def step(ts):
@@ -223,14 +239,14 @@ def test_linen_dense_current_scaling_function_injection():
   nn = pytest.importorskip("flax.linen")
   x, t, k = _regression_data()
   model = nn.Dense(4, dot_general=P.fp8_dot_general)
-  params = model.init(k, x)
+  params = jax.jit(model.init)(k, x)  # op by op, each op would compile
   assert set(params) == {"params"}
   ref = nn.Dense(4).apply(params, x)
   y = jax.jit(model.apply)(params, x)
   assert float(jnp.abs(y - ref).max()) < 0.1 * float(jnp.abs(ref).max())
   current = nn.Dense(4, dot_general_cls=lambda: P.Fp8DotGeneral(
       scaling="current", fwd_format="e5m2", bwd_format="e5m2"))
-  assert set(current.init(k, x)) == {"params"}
+  assert set(jax.jit(current.init)(k, x)) == {"params"}
   with pytest.raises(ValueError, match="scaling"):
     nn.Dense(4, dot_general_cls=lambda: P.Fp8DotGeneral(
         scaling="later")).init(k, x)
@@ -243,6 +259,7 @@ def test_nnx_linear_delayed_scaling_with_optimizer():
                      rngs=nnx.Rngs(0))
   opt = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
   loss = lambda m: jnp.mean((m(x) - t) ** 2)
+  jit_loss = nnx.jit(loss)  # op by op, each op would compile
 
   @nnx.jit
   def step(model, opt):
@@ -250,7 +267,7 @@ def test_nnx_linear_delayed_scaling_with_optimizer():
         0, (nnx.Param, P.Fp8State)))(model)
     opt.update(model, P.nnx_apply_fp8_state(model, grads))
 
-  first = float(loss(model))
+  first = float(jit_loss(model))
   for _ in range(60):
     step(model, opt)
   dg = model.dot_general
@@ -258,10 +275,10 @@ def test_nnx_linear_delayed_scaling_with_optimizer():
                              [float(P.amax(x))] * 4, rtol=1e-6)
   assert float(dg.kernel_scale[...]) == pytest.approx(
       float(P.amax(model.kernel[...])) / 448, rel=0.2)
-  assert float(loss(model)) < 0.1 * first
+  assert float(jit_loss(model)) < 0.1 * first
   current = nnx.Linear(8, 4, dot_general=P.NnxFp8DotGeneral(
       scaling="current"), rngs=nnx.Rngs(0))
-  assert current(x).shape == (64, 4)
+  assert nnx.jit(lambda m: m(x))(current).shape == (64, 4)
 
 
 def test_narrow_output_saturates_and_mixed_inputs_promote():
@@ -271,21 +288,31 @@ def test_narrow_output_saturates_and_mixed_inputs_promote():
   ones = lambda dtype: jax.device_put(np.ones((4, 1), dtype))
   a = jax.device_put(np.full((1, 4), 20.0, jnp.float8_e4m3fn))
   b = jax.device_put(np.full((4, 1), 20.0, jnp.float8_e4m3fn))
-  out = P.fp8_dot_general(a, b, dims)  # 1600 > 448: saturates, not NaN
+
+  # Every result from one program (op by op, each op compiles).
+  @jax.jit
+  def results(a, b, f32, bf16, e5m2):
+    out = P.fp8_dot_general(a, b, dims)
+    promoted = [P.fp8_dot_general(a, o, dims) for o in (f32, bf16, e5m2)]
+    g = jax.grad(lambda x: P.fp8_dot_general(x, b, dims).astype(
+        jnp.float32).sum() * 100.0)(a)
+    return out, promoted, g
+
+  out, (f32, bf16, mixed), g = results(
+      a, b, ones(np.float32), ones(jnp.bfloat16), ones(jnp.float8_e5m2))
+  # 1600 > 448: saturates, not NaN
   assert out.dtype == jnp.float8_e4m3fn
   assert float(np.asarray(out)[0, 0]) == 448.0
   # A narrow operand counts as float32 in promotion; so do two formats.
-  assert P.fp8_dot_general(a, ones(np.float32), dims).dtype == jnp.float32
-  assert P.fp8_dot_general(a, ones(jnp.bfloat16), dims).dtype == jnp.float32
-  mixed = P.fp8_dot_general(a, ones(jnp.float8_e5m2), dims)
+  assert f32.dtype == jnp.float32
+  assert bf16.dtype == jnp.float32
   assert mixed.dtype == jnp.float32 and float(np.asarray(mixed)[0, 0]) == 80.0
   # Gradients into narrow operands saturate too.
-  g = jax.grad(lambda x: P.fp8_dot_general(x, b, dims).astype(
-      jnp.float32).sum() * 100.0)(a)
   assert g.dtype == jnp.float8_e4m3fn and not np.isnan(
       np.asarray(g).astype(np.float32)).any()
   with pytest.raises(ValueError, match="`lhs_scaling`.*signed"):
-    P.fp8_dot_general(jnp.ones((1, 2)), jnp.ones((2, 1)), dims,
+    P.fp8_dot_general(jax.device_put(np.ones((1, 2), np.float32)),
+                      jax.device_put(np.ones((2, 1), np.float32)), dims,
                       lhs_scaling="e8m0")
 
 
@@ -294,8 +321,9 @@ def test_codearray_operands_are_decoded():
   ca = jaxfp8.cast(jnp.array([[1.0, 2.0], [0.5, -1.0]]), "e2m3")
   exact = P.CurrentScaling("e4m3", power_of_two=True)
   eye = jax.device_put(np.eye(2, dtype=np.float32))
-  out = P.fp8_dot_general(ca, eye, dims, lhs_scaling=exact,
-                          rhs_scaling=exact)
+  # Jitted (op by op, each op would compile); ca is the CodeArray itself.
+  out = jax.jit(lambda eye: P.fp8_dot_general(ca, eye, dims, lhs_scaling=exact,
+                                              rhs_scaling=exact))(eye)
   np.testing.assert_array_equal(np.asarray(out), [[1.0, 2.0], [0.5, -1.0]])
 
 
