@@ -7,6 +7,7 @@ these are the named cases, one per root cause.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -29,10 +30,12 @@ F32_MAX = float(np.finfo(np.float32).max)
 def test_per_tensor_product_of_huge_and_tiny_operands_is_finite():
   # x = 3e38, w = 1e-30, K = 32: each scale alone is extreme (s_x ~ 6.7e35),
   # the product is 9.6e9.
-  x = jnp.full((2, 32), 3e38, jnp.float32)
-  w = jnp.full((32, 2), 1e-30, jnp.float32)
-  y = recipes.dot_general(x, w, DIMS, recipe="fp8_current")
-  ref = recipes.dot_general_reference(x, w, DIMS, recipe="fp8_current")
+  x = np.full((2, 32), 3e38, np.float32)
+  w = np.full((32, 2), 1e-30, np.float32)
+  # One jitted program for both (op by op, each operation compiled alone).
+  y, ref = jax.jit(lambda x, w: (
+      recipes.dot_general(x, w, DIMS, recipe="fp8_current"),
+      recipes.dot_general_reference(x, w, DIMS, recipe="fp8_current")))(x, w)
   np.testing.assert_allclose(np.asarray(y), 9.6e9, rtol=1e-6)
   # The reference multiplies the dequantized operands (another rounding).
   np.testing.assert_allclose(np.asarray(y), np.asarray(ref), rtol=2**-20)
@@ -87,8 +90,9 @@ def test_nvfp4_weight_gradient_of_huge_activations_is_finite(recipe):
   rng = np.random.default_rng(0)
   x = jnp.asarray((rng.uniform(-1, 1, (16, 32)) * 1e38).astype(np.float32))
   w = jnp.asarray(rng.uniform(-1, 1, (32, 16)).astype(np.float32))
-  dw = jax.grad(lambda w: (recipes.dot_general(
-      x, w, DIMS, recipe=recipe, key=KEY) * 1e-3).sum())(w)
+  # Jitted: op by op, the gradient compiled a program per operation.
+  dw = jax.jit(jax.grad(lambda w, x: (recipes.dot_general(
+      x, w, DIMS, recipe=recipe, key=KEY) * 1e-3).sum()))(w, x)
   assert np.isfinite(np.asarray(dw)).all()
 
 
@@ -97,21 +101,28 @@ def test_nvfp4_weight_gradient_of_huge_activations_is_finite(recipe):
 @pytest.mark.parametrize("v", [np.inf, -np.inf, np.nan, 3.4e38, 3.39e38,
                                1e-40, 1.0])
 def test_bf16_recipe_is_dot_general_on_bf16_operands(v):
-  x = jnp.array([[v, 1.0]], jnp.float32)
-  w = jnp.array([[2.0], [0.5]], jnp.float32)
-  got = np.asarray(recipes.dot_general(x, w, DIMS, recipe="bf16"))
-  want = np.asarray(jax.lax.dot_general(
-      x.astype(jnp.bfloat16).astype(jnp.float32),
-      w.astype(jnp.bfloat16).astype(jnp.float32), DIMS,
-      precision=jax.lax.Precision.HIGHEST))
-  np.testing.assert_array_equal(got, want)
+  x = np.array([[v, 1.0]], np.float32)
+  w = np.array([[2.0], [0.5]], np.float32)
+  got, want = _bf16_and_lax(x, w)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@jax.jit
+def _bf16_and_lax(x, w):
+  # One program for every value (the value is an argument, not a constant).
+  return (recipes.dot_general(x, w, DIMS, recipe="bf16"),
+          jax.lax.dot_general(
+              x.astype(jnp.bfloat16).astype(jnp.float32),
+              w.astype(jnp.bfloat16).astype(jnp.float32), DIMS,
+              precision=jax.lax.Precision.HIGHEST))
 
 
 def test_bf16_recipe_gradient_keeps_inf():
-  x = jnp.array([[np.inf, 1.0]], jnp.float32)
-  w = jnp.array([[2.0], [0.5]], jnp.float32)
-  dw = jax.grad(lambda w: recipes.dot_general(x, w, DIMS,
-                                              recipe="bf16").sum())(w)
+  x = np.array([[np.inf, 1.0]], np.float32)
+  w = np.array([[2.0], [0.5]], np.float32)
+  # Jitted: op by op, the gradient compiled a program per operation.
+  dw = jax.jit(jax.grad(lambda w, x: recipes.dot_general(
+      x, w, DIMS, recipe="bf16").sum()))(w, x)
   assert np.asarray(dw)[0, 0] == np.inf
 
 
@@ -143,8 +154,9 @@ def test_dims_on_a_scalar_operand_are_refused():
 
 
 def test_scalar_operands_multiply():
-  got = recipes.dot_general(jnp.float32(2), jnp.float32(3),
-                            (((), ()), ((), ())), recipe="mxfp8")
+  got = jax.jit(lambda a, b: recipes.dot_general(
+      a, b, (((), ()), ((), ())), recipe="mxfp8"))(np.float32(2),
+                                                   np.float32(3))
   assert float(got) == 6.0
 
 
@@ -242,19 +254,36 @@ def test_a_batch_of_keys_is_refused_at_the_entry():
 
 # -- zero-size operands -------------------------------------------------------
 
-@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "bf16",
-                                    "mxfp8", "fp8_blockwise", "nvfp4"])
-@pytest.mark.parametrize("xs,ws", [((0, 32), (32, 16)), ((16, 0), (0, 16)),
-                                   ((16, 32), (32, 0))])
-def test_zero_size_operands_give_the_empty_or_zero_product(recipe, xs, ws):
-  x, w = jnp.ones(xs), jnp.ones(ws)
+ZERO_SIZE_SHAPES = [((0, 32), (32, 16)), ((16, 0), (0, 16)),
+                    ((16, 32), (32, 0))]
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_size_results(recipe):
+  """(product, gradient of x, gradient of w) of every shape pair of
+  :data:`ZERO_SIZE_SHAPES`: one jitted program per recipe, shared by its
+  three cases (op by op, each case compiled a program per operation)."""
   state = recipes.init_state(recipe)
   f = lambda x, w, s: recipes.dot_general(x, w, DIMS, recipe=recipe,
-                                          key=KEY, state=s).sum()
-  y = recipes.dot_general(x, w, DIMS, recipe=recipe, key=KEY, state=state)
+                                          key=KEY, state=s)
+
+  @jax.jit
+  def run(operands, s):
+    return [(f(x, w, s),) + jax.grad(lambda x, w, s: f(x, w, s).sum(),
+                                     (0, 1))(x, w, s)
+            for x, w in operands]
+
+  return run([(np.ones(xs, np.float32), np.ones(ws, np.float32))
+              for xs, ws in ZERO_SIZE_SHAPES], state)
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "bf16",
+                                    "mxfp8", "fp8_blockwise", "nvfp4"])
+@pytest.mark.parametrize("xs,ws", ZERO_SIZE_SHAPES)
+def test_zero_size_operands_give_the_empty_or_zero_product(recipe, xs, ws):
+  y, gx, gw = _zero_size_results(recipe)[ZERO_SIZE_SHAPES.index((xs, ws))]
   assert y.shape == (xs[0], ws[1])
   np.testing.assert_array_equal(np.asarray(y), 0)
-  gx, gw = jax.grad(f, (0, 1))(x, w, state)
   assert gx.shape == xs and gw.shape == ws
   np.testing.assert_array_equal(np.asarray(gx), 0)
   np.testing.assert_array_equal(np.asarray(gw), 0)
@@ -262,9 +291,10 @@ def test_zero_size_operands_give_the_empty_or_zero_product(recipe, xs, ws):
 
 def test_delayed_state_records_amax_zero_for_an_empty_operand():
   state = recipes.init_state("fp8_delayed", history_length=2)
-  _, nxt = jax.grad(lambda w, s: recipes.dot_general(
+  # Jitted: op by op, the gradient compiled a program per operation.
+  _, nxt = jax.jit(jax.grad(lambda w, s: recipes.dot_general(
       jnp.ones((0, 4)), w, DIMS, recipe="fp8_delayed", state=s).sum(),
-                    (0, 1))(jnp.full((4, 3), 2.0), state)
+                            (0, 1)))(np.full((4, 3), 2.0, np.float32), state)
   np.testing.assert_array_equal(np.asarray(nxt["x"].amax_history), [0, 0])
   np.testing.assert_array_equal(np.asarray(nxt["w"].amax_history), [2, 0])
   assert float(nxt["x"].scale) == 1.0
