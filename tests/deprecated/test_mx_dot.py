@@ -6,6 +6,9 @@ checked against the float64 product of its own operands, quantized by
 Einsum-style dimension numbers.
 """
 
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +17,6 @@ import pytest
 from dot_reference import subscripts
 from jaxfp8 import mx
 from mx_testing import device_normal
-from mx_testing import qdq64
 from mx_testing import rel
 
 # These tests exercise the deprecated name itself.
@@ -22,6 +24,45 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:jaxfp8.mx.* is deprecated:DeprecationWarning")
 
 FORMATS = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp4_e2m1"]
+
+# Room for the six operands of every case below, each flattened to rows of
+# its blocked (contracting) elements.
+_ROWS, _COLS = 1024, 64
+
+
+@functools.lru_cache(maxsize=None)
+def _qdq_program(fmt):
+  return jax.jit(lambda x: mx.quantize(x, fmt, scale_mode="rceil",
+                                       pad=True).dequantize())
+
+
+def qdq64s(fmt, *pairs):
+  """float64 values of each (x, axes) quantized along `axes` (flattened) by
+  mx.quantize: mx_testing.qdq64 for several operands at once.
+
+  mx_testing.qdq64 calls mx.quantize eagerly, compiling it for every
+  operand's shape. Here every operand's rows (blocks run along a row) are
+  stacked, zero-padded, into one array of a fixed shape, quantized by one
+  program compiled once per format. An MX block's scale is its own
+  elements' (no per-tensor scale in MX formats), and zeros padding a block
+  leave its amax as it was, so each operand quantizes as it does alone.
+  """
+  buf = np.zeros((_ROWS, _COLS), np.float32)
+  layouts, row = [], 0
+  for x, axes in pairs:
+    x = np.asarray(x, np.float32)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    perm = rest + list(axes)
+    xt = x.transpose(perm)
+    flat = xt.reshape(-1, math.prod(xt.shape[len(rest):]))
+    assert row + flat.shape[0] <= _ROWS and flat.shape[1] <= _COLS
+    buf[row:row + flat.shape[0], :flat.shape[1]] = flat
+    layouts.append((row, flat.shape, xt.shape, perm))
+    row += flat.shape[0]
+  deq = np.asarray(_qdq_program(fmt)(jax.device_put(buf)), np.float64)
+  return [deq[r:r + rows, :cols].reshape(shape).transpose(np.argsort(perm))
+          for r, (rows, cols), shape, perm in layouts]
+
 
 # name: (lhs shape, rhs shape, dimension numbers)
 CASES = {
@@ -74,11 +115,11 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, fmt,
   rf = [i for i in range(len(rs)) if i not in rc and i not in rb]
   g_lf = list(range(len(lb), len(lb) + len(lf)))
   g_rf = list(range(len(lb) + len(lf), y.ndim))
-  fwd = np.einsum(f"{sl},{sr}->{so}", qdq64(x, lc, fmt), qdq64(w, rc, fmt))
-  dgrad = np.einsum(f"{so},{sr}->{sl}", qdq64(g, g_rf, fmt),
-                    qdq64(w, rf, fmt))
-  wgrad = np.einsum(f"{sl},{so}->{sr}", qdq64(x, lf, fmt),
-                    qdq64(g, g_lf, fmt))
+  x_c, w_c, g_rf_q, w_rf, x_lf, g_lf_q = qdq64s(
+      fmt, (x, lc), (w, rc), (g, g_rf), (w, rf), (x, lf), (g, g_lf))
+  fwd = np.einsum(f"{sl},{sr}->{so}", x_c, w_c)
+  dgrad = np.einsum(f"{so},{sr}->{sl}", g_rf_q, w_rf)
+  wgrad = np.einsum(f"{sl},{so}->{sr}", x_lf, g_lf_q)
   assert y.dtype == dx.dtype == dw.dtype == jnp.float32
   assert rel(y, fwd) < 1e-6
   assert rel(dx, dgrad) < 1e-6
@@ -95,15 +136,20 @@ def test_high_precision_weight_gradient_and_jit():
   np.testing.assert_allclose(
       dw, np.asarray(x, np.float64).T @ np.asarray(g, np.float64),
       rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(
-      dx, qdq64(g, [1], "mxfp8_e4m3") @ qdq64(w, [1], "mxfp8_e4m3").T,
-      rtol=1e-5, atol=1e-5)
+  g_q, w_q = qdq64s("mxfp8_e4m3", (g, [1]), (w, [1]))
+  np.testing.assert_allclose(dx, g_q @ w_q.T, rtol=1e-5, atol=1e-5)
   # bf16 operands give bf16 results and gradients
   xb = jax.device_put(np.asarray(x).astype(jnp.bfloat16))
   wb = jax.device_put(np.asarray(w).astype(jnp.bfloat16))
-  yb, vjp = jax.vjp(lambda a, b: mx.dot_general(a, b, dims), xb, wb)
+
+  @jax.jit  # one program (op by op, each op compiles)
+  def bf16_value_and_grads(xb, wb):
+    yb, vjp = jax.vjp(lambda a, b: mx.dot_general(a, b, dims), xb, wb)
+    return yb, vjp(yb)
+
+  yb, grads = bf16_value_and_grads(xb, wb)
   assert yb.dtype == jnp.bfloat16
-  assert [t.dtype for t in vjp(yb)] == [jnp.bfloat16, jnp.bfloat16]
+  assert [t.dtype for t in grads] == [jnp.bfloat16, jnp.bfloat16]
 
 
 def test_stochastic_gradient_needs_a_key_and_uses_it():
@@ -113,6 +159,7 @@ def test_stochastic_gradient_needs_a_key_and_uses_it():
   with pytest.raises(ValueError, match="needs a `key`"):
     mx.dot_general(x, w, dims, recipe=recipe)
 
+  @jax.jit  # one program for the three keys (op by op, each op compiles)
   def grads(key):
     return jax.grad(lambda a: mx.dot_general(
         a, w, dims, recipe=recipe, key=key).sum() * 0.37)(x)
