@@ -1,6 +1,8 @@
 """jaxfp8.mx.matmul and the scaled_dot converters (to_scaled, from_scaled)."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,15 @@ from mx_testing import to_device
 
 MX_FORMATS = list(mx.MX_FORMATS)
 NATIVE_FORMATS = [f for f in MX_FORMATS if not f.startswith("mxfp6")]
+
+
+# mx.matmul outside jit runs op by op, compiling a program per op and shape
+# (dozens per scaled_dot call); these tests check its products, so they take
+# them from one jitted program per call signature. Eager calls stay where
+# the test is about the eager path or about argument errors.
+@functools.partial(jax.jit, static_argnames=("method",))
+def _matmul(a, b, method="dequantize"):
+  return mx.matmul(a, b, method=method)
 
 
 @pytest.mark.parametrize("fmt", MX_FORMATS)
@@ -56,8 +67,8 @@ def test_scaled_dot_layout_round_trip_and_matmul(fmt):
   np.testing.assert_array_equal(np.asarray(back.data).view(np.uint8),
                                 np.asarray(a.data).view(np.uint8))
   assert_same_bits(back.dequantize(), a.dequantize())
-  np.testing.assert_allclose(mx.matmul(a, b, method="scaled_dot"),
-                             mx.matmul(a, b), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(_matmul(a, b, method="scaled_dot"),
+                             _matmul(a, b), rtol=1e-5, atol=1e-5)
   # scaled_matmul's layout: (B, M, K) and (B, N, K), both blocked on K.
   bt = mx.quantize(to_device(np.asarray(b.dequantize()).T[None]), fmt)
   eb, sb = mx.to_scaled(bt)
@@ -90,13 +101,13 @@ def test_scaled_dot_applies_vmapped_tensor_scales_per_batch(n):
 def test_scaled_dot_mxint8_near_float32_max_does_not_overflow():
   a = mx.quantize(to_device(np.full((2, 32), 1.5 * 2.0**100)), "mxint8")
   b = mx.quantize(to_device(np.full((32, 2), 2.0**20)), "mxfp8_e4m3", axis=0)
-  want = mx.matmul(a, b)
+  want = _matmul(a, b)
   assert float(np.asarray(want)[0, 0]) == 1.5 * 2.0**125
-  assert_same_bits(mx.matmul(a, b, method="scaled_dot"), want)
+  assert_same_bits(_matmul(a, b, method="scaled_dot"), want)
   bt = mx.quantize(to_device(np.full((32, 2), 1.5 * 2.0**100)), "mxint8",
                    axis=0)
   at = mx.quantize(to_device(np.full((2, 32), 2.0**20)), "mxfp8_e4m3")
-  assert_same_bits(mx.matmul(at, bt, method="scaled_dot"), want)
+  assert_same_bits(_matmul(at, bt, method="scaled_dot"), want)
 
 
 def test_scaled_dot_mxint8_tiny_and_zero_blocks_stay_exact():
@@ -112,20 +123,20 @@ def test_scaled_dot_mxint8_tiny_and_zero_blocks_stay_exact():
     a, b = mx.quantize(x, fa), mx.quantize(y, fb, axis=0)
     s = np.asarray(a.scales)
     assert int(s[0, 0]) == 3 and int(s[1, 1]) == 0
-    assert_same_bits(mx.matmul(a, b, method="scaled_dot"), mx.matmul(a, b))
+    assert_same_bits(_matmul(a, b, method="scaled_dot"), _matmul(a, b))
 
 
 def test_scaled_dot_mxint8_keeps_tiny_and_huge_results():
   # Tiny: a row of small scales keeps its codes (no early flush).
   a = mx.quantize(to_device(np.full((1, 32), 2.0**-8)), "mxfp8_e4m3")
   b = mx.quantize(to_device(np.full((32, 1), 2.0**-120)), "mxint8", axis=0)
-  got = np.asarray(mx.matmul(a, b, method="scaled_dot"))
+  got = np.asarray(_matmul(a, b, method="scaled_dot"))
   assert float(got[0, 0]) == 32 * 2.0**-128
   # Huge: a row of large scales folds 2^-6 in (no early overflow).
   qa = mx.quantize(to_device(np.full((2, 32), 1.5 * 2.0**100)), "mxint8")
   qb = mx.quantize(to_device(np.full((32, 2), 2.0**20)), "mxfp8_e4m3", axis=0)
-  np.testing.assert_array_equal(np.asarray(mx.matmul(qa, qb, method="scaled_dot")),
-                                np.asarray(mx.matmul(qa, qb)))
+  np.testing.assert_array_equal(np.asarray(_matmul(qa, qb, method="scaled_dot")),
+                                np.asarray(_matmul(qa, qb)))
 
 
 def test_from_scaled_tensor_scale_is_checked():
@@ -172,7 +183,7 @@ def test_from_scaled_integer_and_per_row_tensor_scales():
   e, s = mx.to_scaled(mx.quantize(x, "nvfp4"))
   a = mx.from_scaled(e, s, "nvfp4", tensor_scale=to_device([1., 2., 4., 8.]))
   b = mx.quantize(to_device(np.ones((32, 3))), "nvfp4", axis=0)
-  want = mx.matmul(a, b)
-  got = mx.matmul(a, b, method="scaled_dot")
+  want = _matmul(a, b)
+  got = _matmul(a, b, method="scaled_dot")
   assert got.shape == want.shape == (4, 3)
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
