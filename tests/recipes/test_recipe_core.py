@@ -71,20 +71,27 @@ def _tensor_values(v, q, state):
   return policy.dequantize(c, scale)
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _block_values(v, q, key):
+  # Jitted: quantize and dequantize in one program per quantizer and shape
+  # (each is a jitted function of its own, two programs apart).
+  if q.kind == "mx":
+    return mx.quantize(
+        v, q.format, block_size=q.block_size, scale_mode=q.scale,
+        rounding=q.rounding, key=key, pad=True).dequantize()
+  if q.kind == "block":
+    return blockwise.dequantize(*blockwise.quantize(
+        v, block=q.block, fmt=q.format, scale=q.scale), block=q.block)
+  return nvfp4.dequantize(*nvfp4.quantize(
+      v, block=q.block, tensor_scale=q.scale, rounding=q.rounding, key=key),
+                          block=q.block)
+
+
 def _values(v, q, key, state):
   """float32 values of the view ``v`` (..., M, K) quantized by ``q``."""
   if q.kind in ("cast", "tensor"):
     return np.asarray(_tensor_values(v, q, state))
-  if q.kind == "mx":
-    return np.asarray(mx.quantize(
-        v, q.format, block_size=q.block_size, scale_mode=q.scale,
-        rounding=q.rounding, key=key, pad=True).dequantize())
-  if q.kind == "block":
-    return np.asarray(blockwise.dequantize(*blockwise.quantize(
-        v, block=q.block, fmt=q.format, scale=q.scale), block=q.block))
-  return np.asarray(nvfp4.dequantize(*nvfp4.quantize(
-      v, block=q.block, tensor_scale=q.scale, rounding=q.rounding, key=key),
-                                     block=q.block))
+  return np.asarray(_block_values(v, q, key))
 
 
 def quantized64(t, batch, contract, q, *, key=None, signs=None, state=None):
@@ -152,7 +159,10 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
   state = _state(recipe)
   f = lambda a, b, s: recipes.dot_general(a, b, dims, recipe=name, key=KEY,
                                           state=s)
-  y_shape = jax.eval_shape(f, x, w, state).shape
+  # lax's shape (tracing the core for it cost a trace of its own); the core
+  # must give it (checked below, and by its VJP taking g).
+  y_shape = jax.eval_shape(lambda a, b: jax.lax.dot_general(a, b, dims),
+                           x, w).shape
   g = rng.standard_normal(y_shape).astype(np.float32)
 
   @jax.jit
@@ -184,6 +194,7 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
   dgrad = np.einsum(f"{so},{sr}->{sl}", q(g, g_b, g_rf, "dgrad", 0, "dy"), w_d)
   wgrad = np.einsum(f"{sl},{so}->{sr}", q(x, lb, lf, "wgrad", 0, "x"),
                     q(g, g_b, g_lf, "wgrad", 1, "dy"))
+  assert y.shape == y_shape
   assert y.dtype == dx.dtype == dw.dtype == jnp.float32
   for got, want in ((y, fwd), (dx, dgrad), (dw, wgrad)):
     assert np.abs(want).sum() > 0 and np.abs(np.asarray(got)).sum() > 0
@@ -217,9 +228,14 @@ def test_gradient_passes_elements_the_forward_rounded_to_zero(name):
   x[:, 0] = 1e4
   w = np.random.default_rng(2).standard_normal((128, 16)).astype(np.float32)
   dims = (((1,), (0,)), ((), ()))
-  y, vjp = jax.vjp(lambda a: recipes.dot_general(
-      a, w, dims, recipe=name, key=KEY), x)
-  dx = np.asarray(vjp(jnp.ones_like(y))[0])
+
+  @jax.jit  # op by op, the VJP compiled a program per operation
+  def grad(a, w):
+    y, vjp = jax.vjp(lambda a: recipes.dot_general(
+        a, w, dims, recipe=name, key=KEY), a)
+    return vjp(jnp.ones_like(y))[0]
+
+  dx = np.asarray(grad(x, w))
   assert (dx[:, 1:] != 0).all()
 
 
@@ -267,9 +283,11 @@ def test_stochastic_recipe_needs_a_key_and_is_deterministic_per_key():
   assert not np.array_equal(a, b)
   np.testing.assert_array_equal(a, grad(x, jax.random.key(1)))
   # recipes without randomness ignore a key
-  np.testing.assert_array_equal(
-      recipes.dot_general(x, w, dims, recipe="mxfp8", key=jax.random.key(1)),
-      recipes.dot_general(x, w, dims, recipe="mxfp8"))
+  # (one jitted program for both: op by op, each operation compiled alone)
+  np.testing.assert_array_equal(*jax.jit(lambda x, w, k: (
+      recipes.dot_general(x, w, dims, recipe="mxfp8", key=k),
+      recipes.dot_general(x, w, dims, recipe="mxfp8")))(
+          x, w, jax.random.key(1)))
 
 
 def test_bad_inputs_raise_clear_errors():
