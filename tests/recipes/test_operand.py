@@ -57,10 +57,17 @@ def _before(x32, q, state=None):
   return rounding.round_to(scaling.divide(x32, scale), q.format), scale
 
 
+# Jitted with the quantizer static: one program per quantizer, shared by the
+# cases that differ only in values (a lambda jitted per call compiled anew).
+_quantize_jit = jax.jit(operand.quantize_tensor, static_argnums=1)
+_before_jit = jax.jit(_before, static_argnums=1)
+
+
 def _check(x32, q, state=None):
-  for run in (lambda f, *a: f(*a), lambda f, *a: jax.jit(f)(*a)):
-    got = run(lambda x, s: operand.quantize_tensor(x, q, s), x32, state)
-    want = run(lambda x, s: _before(x, q, s), x32, state)
+  for quantize, before in ((operand.quantize_tensor, _before),
+                           (_quantize_jit, _before_jit)):
+    got = quantize(x32, q, state)
+    want = before(x32, q, state)
     np.testing.assert_array_equal(_bits(got[0]), _bits(want[0]))
     if want[1] is None:
       assert got[1] is None
