@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 import pytest
 
@@ -22,40 +21,59 @@ from jaxfp8._src.mx.formats import get_format
 
 
 def _bits(a):
-  return np.asarray(lax.bitcast_convert_type(a, jnp.uint32))
+  # Through NumPy: an eager bitcast compiles a program per shape.
+  return np.asarray(a, np.float32).view(np.uint32)
 
 
 def _subnormals(n):
-  # Made by NumPy: XLA on CPU would flush a product that lands there.
-  return jnp.asarray(np.float32(3e-39) * np.arange(1, n + 1, dtype=np.float32))
+  return np.float32(3e-39) * np.arange(1, n + 1, dtype=np.float32)
+
+
+def _scaled(x, p):
+  """x with its amax scaled to 2^p, in NumPy (float32 arithmetic that keeps
+  subnormals: XLA on CPU would flush them)."""
+  return x / np.max(np.abs(x)) * np.float32(2.0**p)
 
 
 def _inputs():
-  k = jax.random.split(jax.random.key(7), 2)
-  x = jax.random.normal(k[0], (48, 80)) * jnp.exp(
-      4 * jax.random.normal(k[1], (48, 1)))
-  specials = (x.at[3, 5].set(jnp.nan).at[7, 40].set(-jnp.inf)
-              .at[9].set(1e-40).at[10].set(0.0)
-              .at[11, :16].set(_subnormals(16))
-              .at[12, :16].set(-1e-39))
-  return {
+  # Made by NumPy and copied in (eager jnp ops and jax.random draws compile a
+  # program each); where the values come from isn't under test.
+  rng = np.random.default_rng(7)
+  x = (rng.standard_normal((48, 80)) * np.exp(
+      4 * rng.standard_normal((48, 1)))).astype(np.float32)
+  specials = x.copy()
+  specials[3, 5], specials[7, 40] = np.nan, -np.inf
+  specials[9], specials[10] = np.float32(1e-40), 0.0
+  specials[11, :16] = _subnormals(16)
+  specials[12, :16] = np.float32(-1e-39)
+  subnormal_elements = np.zeros((48, 80), np.float32)
+  subnormal_elements[1:, ::16] = np.float32(2.0**-117)
+  subnormal_elements[1:, 1:16] = _subnormals(15)
+  subnormal_elements[0, 0] = np.float32(2.0**-99)
+  huge = x.copy()
+  huge[0, 0] = np.float32(3e38)
+  inputs = {
       "wide": x, "specials": specials,
       # amax near 2^-95 and 2^-110: the plain branch's bound (2^-100) from
       # both sides; 1e-33: steps below float32's normal range.
-      "near_bound": x / jnp.max(jnp.abs(x)) * 2.0**-95,
-      "below_bound": x / jnp.max(jnp.abs(x)) * 2.0**-110,
-      "tiny_specials": specials * 1e-33, "huge": x.at[0, 0].set(3e38),
-      "zeros": jnp.zeros((48, 80)),
+      "near_bound": _scaled(x, -95),
+      "below_bound": _scaled(x, -110),
+      "tiny_specials": specials * np.float32(1e-33), "huge": huge,
+      "zeros": np.zeros((48, 80), np.float32),
       # In the plain branch (amax 2^-99), blocks of scale 2^-9 whose
       # subnormal elements times their encode scale (~2^121) may round up
       # stochastically: plain float32 would flush them.
-      "subnormal_elements": jnp.zeros((48, 80)).at[0, 0].set(2.0**-99)
-                            .at[1:, ::16].set(2.0**-117)
-                            .at[1:, 1:16].set(_subnormals(15)),
+      "subnormal_elements": subnormal_elements,
   }
+  return {k: jax.device_put(v) for k, v in inputs.items()}
 
 
 INPUTS = _inputs()
+BELOW_PLAIN = jax.device_put(_scaled(np.asarray(INPUTS["wide"]), -85))
+MX_EXTRA = {
+    "small": jax.device_put(np.asarray(INPUTS["wide"]) * np.float32(
+        2.0**-120)),
+    "ragged": jax.device_put(np.asarray(INPUTS["specials"])[:, :70])}
 
 
 @pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
@@ -82,7 +100,7 @@ def test_the_plain_branch_below_its_bound_would_be_wrong(monkeypatch):
   # What the bound guards: plain float32 arithmetic on a tensor whose amax
   # is below 2^-100 (XLA on CPU flushes its subnormal steps) gives other
   # values; the test above would catch a bound set too low.
-  x = INPUTS["wide"] / jnp.max(jnp.abs(INPUTS["wide"])) * 2.0**-120
+  x = jax.device_put(_scaled(np.asarray(INPUTS["wide"]), -120))
   codes, scales, ts = nvfp4.quantize(x)
   want = _bits(nvfp4.dequantize(codes, scales, ts))
   monkeypatch.setattr(nvfp4, "_PLAIN_TE_AMAX", np.float32(0.0))
@@ -101,8 +119,7 @@ def test_the_plain_branch_below_its_bound_would_be_wrong(monkeypatch):
 def test_blockwise_values_are_the_decoded_quantization(block, fmt, scale):
   values = jax.jit(blockwise.values, static_argnames=("block", "fmt",
                                                       "scale"))
-  cases = dict(INPUTS, below_plain=INPUTS["wide"] / jnp.max(
-      jnp.abs(INPUTS["wide"])) * 2.0**-85)
+  cases = dict(INPUTS, below_plain=BELOW_PLAIN)
   for name, x in cases.items():
     codes, scales = blockwise.quantize(x, block=block, fmt=fmt, scale=scale)
     want = blockwise.dequantize(codes, scales, block=block)
@@ -117,8 +134,7 @@ def test_blockwise_values_are_the_decoded_quantization(block, fmt, scale):
 def test_mx_values_are_the_decoded_quantization(fmt, mode):
   mx = get_format(fmt)
   block = 16 if fmt == "nvfp4" else 32
-  cases = dict(INPUTS, small=INPUTS["wide"] * 2.0**-120,
-               ragged=INPUTS["specials"][:, :70])
+  cases = dict(INPUTS, **MX_EXTRA)
   for name, x in cases.items():
     for axis in (0, 1):  # along the major axis and the minor one
       want = mx_array.quantize(x, fmt, axis=axis, scale_mode=mode, pad=True
