@@ -6,6 +6,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxfp8 import mx
 from jaxfp8 import recipes
@@ -15,9 +16,18 @@ from mx_models import MLP
 from mx_models import NnxMLP
 
 
-def test_serving_straight_from_the_packed_tree():
+@pytest.fixture(scope="module")
+def model_params_x():
+  # Both tests serve the same model; initialized once, by one jitted program
+  # (linen's init outside jit compiles a program per op), with one jitted
+  # apply whose program the float references share.
   model, (x, _) = MLP(), data()
-  params = model.init(jax.random.key(2), x)
+  return model, jax.jit(model.init)(jax.random.key(2), x), x, jax.jit(
+      model.apply)
+
+
+def test_serving_straight_from_the_packed_tree(model_params_x):
+  model, params, x, apply = model_params_x
   for fmt, per_weight in [("mxfp4_e2m1", 17 / 32), ("mxfp8_e4m3", 33 / 32)]:
     packed = mx.quantize_params(params, fmt)
     kernels = [v["kernel"] for v in packed["params"].values()]
@@ -28,13 +38,14 @@ def test_serving_straight_from_the_packed_tree():
     with mx_gemm.trace_gemms() as log:
       only = jax.jit(lambda p: _served(model, p, x, [(".*", None)]))(packed)
     assert [e[:2] for e in log] == [("serve", None)] * 3
-    np.testing.assert_allclose(only, model.apply(plain, x), rtol=1e-5,
-                               atol=1e-6)
+    # The references jitted too: op by op, each would compile per op.
+    np.testing.assert_allclose(only, apply(plain, x), rtol=1e-5, atol=1e-6)
     with mx_gemm.trace_gemms() as log:
       dyn = jax.jit(lambda p: _served(model, p, x, fmt))(packed)
     assert [e[:2] for e in log] == [("serve", fmt)] * 3
-    np.testing.assert_allclose(dyn, _dyn_on(model, plain, x, fmt),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        dyn, jax.jit(lambda p: _dyn_on(model, p, x, fmt))(plain),
+        rtol=1e-5, atol=1e-6)
   # nnx: merged from the packed state, converted, applied as packed
   m = NnxMLP(nnx.Rngs(0))
   graphdef, state = nnx.split(m)
@@ -46,8 +57,8 @@ def test_serving_straight_from_the_packed_tree():
   # Einsum's kernel is dequantized (jnp.einsum takes arrays): a plain GEMM
   assert [e[:2] for e in log] == [("serve", None), ("fwd", None),
                                   ("serve", None)]
-  ref = nnx.merge(graphdef, mx.dequantize_params(mx.quantize_params(
-      state, "mxfp8_e4m3")))(x)
+  ref = jax.jit(lambda st: nnx.merge(graphdef, st)(x))(
+      mx.dequantize_params(mx.quantize_params(state, "mxfp8_e4m3")))
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
@@ -61,10 +72,9 @@ def _dyn_on(model, params, x, fmt):
     return model.apply(params, x)
 
 
-def test_serving_from_packed_weights():
-  model, (x, _) = MLP(), data()
-  params = model.init(jax.random.key(2), x)
-  ref = model.apply(params, x)
+def test_serving_from_packed_weights(model_params_x):
+  model, params, x, apply = model_params_x
+  ref = apply(params, x)
   packed = mx.quantize_params(params, "mxfp4_e2m1")
   kernels = [v["kernel"] for v in packed["params"].values()]
   assert all(isinstance(k, mx.MXArray) for k in kernels)
