@@ -67,6 +67,9 @@ def test_6bit_packing_is_the_little_endian_bit_stream(n, runs, monkeypatch):
   codes = np.random.default_rng(n).integers(0, 64, (2, n)).astype(np.uint8)
   want = [list(sum(int(c) << (6 * i) for i, c in enumerate(row)).to_bytes(
       n * 3 // 4, "little")) for row in codes]
-  got = jax.jit(lambda c: mx_pack.pack(c, 6))(codes)  # traced afresh
+  # Traced afresh (a new function) under this setting; unpack in the same
+  # program, which outside jit would compile a program per op.
+  got, back = jax.jit(lambda c: (mx_pack.pack(c, 6), mx_pack.unpack(
+      mx_pack.pack(c, 6), 6)))(codes)
   np.testing.assert_array_equal(got, np.array(want, np.uint8))
-  np.testing.assert_array_equal(mx_pack.unpack(got, 6), codes)
+  np.testing.assert_array_equal(back, codes)
