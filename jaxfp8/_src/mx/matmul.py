@@ -243,15 +243,6 @@ def matmul(a: Any, b: Any, *, preferred_element_type: Any = jnp.float32,
                      f"got shapes {a.shape} and {b.shape}")
   if method == "scaled_dot":
     a, b = _as_mx(a, b, -1), _as_mx(b, a, -2)
-    _check_scaled_dot(a, b)
-  return _matmul_jit(a, b, np.dtype(preferred_element_type), method)
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _matmul_jit(a, b, preferred_element_type, method: str):
-  """:func:`matmul` of checked operands: one program per call signature (op
-  by op, an eager call would compile a program per operation)."""
-  if method == "scaled_dot":
     return _straight_through_product(
         a, b, scaled_dot_product(a, b, preferred_element_type))
   da = a.dequantize() if isinstance(a, _mx.MXArray) else a.astype(jnp.float32)
@@ -333,19 +324,6 @@ def _int8_scale_shift(elements, codes, axis: int):
   return codes, factor
 
 
-def _check_scaled_dot(a, b) -> None:
-  """NotImplementedError unless ``a`` and ``b`` are MX operands that
-  ``lax.scaled_dot`` takes (2-D or 3-D, one rank, one block size)."""
-  if not (isinstance(a, _mx.MXArray) and isinstance(b, _mx.MXArray)):
-    raise NotImplementedError("`matmul` with method='scaled_dot' needs two "
-                              "MXArray operands")
-  if a.ndim not in (2, 3) or a.ndim != b.ndim or a.block_size != b.block_size:
-    raise NotImplementedError(
-        "`matmul` with method='scaled_dot' needs 2-D or 3-D operands of the "
-        f"same rank and block size; got shapes {a.shape}, {b.shape} and "
-        f"blocks {a.block_size}, {b.block_size}")
-
-
 def scaled_dot_product(a: _mx.MXArray, b: _mx.MXArray,
                        preferred_element_type: Any, *,
                        b_rows: bool = False) -> jax.Array:
@@ -357,7 +335,14 @@ def scaled_dot_product(a: _mx.MXArray, b: _mx.MXArray,
   ``jaxfp8.recipes.dot_general``: XLA on CPU fails at run time on some
   transposed (K, N) operands, "Unsupported element type for DotThunk").
   No gradient of its own."""
-  _check_scaled_dot(a, b)
+  if not (isinstance(a, _mx.MXArray) and isinstance(b, _mx.MXArray)):
+    raise NotImplementedError("`matmul` with method='scaled_dot' needs two "
+                              "MXArray operands")
+  if a.ndim not in (2, 3) or a.ndim != b.ndim or a.block_size != b.block_size:
+    raise NotImplementedError(
+        "`matmul` with method='scaled_dot' needs 2-D or 3-D operands of the "
+        f"same rank and block size; got shapes {a.shape}, {b.shape} and "
+        f"blocks {a.block_size}, {b.block_size}")
   (ea, sa), (eb, sb) = to_scaled(a), to_scaled(b)
   b_axis = -1 if b_rows else -2
   fa = fb = None
