@@ -37,6 +37,28 @@ def test_tracer_is_jax_tracer():
   assert seen == [True]
 
 
+
+def test_staged_tracers_are_told_from_transformation_tracers():
+  # decode_grad.source_children keeps a straight-through source across
+  # boundaries by this distinction.
+  seen = {}
+
+  def probe(name):
+    def record(x):
+      seen[name] = compat.is_staged(x)
+      return x * 1.0
+    return record
+
+  jax.jit(probe("jit"))(1.0)
+  jax.lax.scan(lambda c, _: (probe("scan")(c), None), 1.0, None, length=1)
+  jax.checkpoint(probe("checkpoint"))(1.0)
+  jax.grad(probe("grad"))(1.0)
+  jax.jvp(probe("jvp"), (1.0,), (1.0,))
+  jax.vmap(probe("vmap"))(np.ones(2))
+  assert seen == {"jit": True, "scan": True, "checkpoint": True,
+                  "grad": False, "jvp": False, "vmap": False}
+  assert not compat.is_staged(np.ones(2))
+
 # --- lowering for a GPU -------------------------------------------------------
 
 

@@ -38,6 +38,18 @@ try:
 except AttributeError:  # pragma: no cover - a JAX that dropped it
   from jax._src.core import Tracer  # pylint: disable=g-import-not-at-top
 
+# The tracer of a function being staged out to a jaxpr (the body of jit,
+# scan, cond, checkpoint), as opposed to one of a transformation applied as
+# it runs (grad's linearize and JVP tracers, vmap's batch tracer). Private
+# in JAX 0.10.2, 0.11.2 and 0.12.0.1:
+# jax._src.interpreters.partial_eval.DynamicJaxprTracer.
+from jax._src.interpreters.partial_eval import DynamicJaxprTracer  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def is_staged(x: Any) -> bool:
+  """Whether ``x`` is a tracer of a function being staged out to a jaxpr."""
+  return isinstance(x, DynamicJaxprTracer)
+
 
 # ---------------------------------------------------------------------------
 # MLIR constant handlers.

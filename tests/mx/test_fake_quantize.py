@@ -75,3 +75,49 @@ def test_a_path_without_gradient_raises():
 
   with pytest.raises(TypeError, match="carries no gradient"):
     jax.grad(loss)(jax.device_put(e))
+
+
+def test_the_straight_through_source_crosses_transformation_boundaries():
+  # Its regression: the source was no pytree child, so an MXArray passed
+  # into jit (or through tree_map) under grad lost it and the gradient came
+  # out zero, silently.
+  a = device_normal(0, (4, 64))
+  qb = mx.quantize(device_normal(1, (64, 8)), "mxfp8_e4m3", axis=0)
+  c = np.asarray(device_normal(2, (4, 64)))
+  ones = np.ones((4, 64), np.float32)
+
+  def grad_of(fn):
+    return np.asarray(jax.grad(lambda v: fn(mx.quantize(v, "mxfp8_e4m3")))(a))
+
+  decode_sum = lambda q: (q.dequantize() * c).sum()
+  np.testing.assert_array_equal(grad_of(jax.jit(decode_sum)), c)
+  np.testing.assert_array_equal(
+      grad_of(lambda q: decode_sum(jax.tree_util.tree_map(lambda x: x, q))),
+      c)
+  np.testing.assert_array_equal(
+      grad_of(lambda q: jax.vmap(lambda r: r.dequantize().sum())(q).sum()),
+      ones)
+  np.testing.assert_array_equal(
+      grad_of(lambda q: jax.lax.scan(lambda r, _: (r, None), q, None,
+                                     length=2)[0].dequantize().sum()), ones)
+  g = grad_of(jax.jit(lambda q: mx.matmul(q, qb).sum()))
+  ref = jax.grad(lambda v: mx.matmul(mx.quantize(v, "mxfp8_e4m3"), qb).sum()
+                 )(a)
+  np.testing.assert_array_equal(g, ref)
+  assert np.abs(g).sum() > 0
+
+
+def test_a_source_made_in_a_staged_body_stays_there():
+  a = device_normal(0, (4, 64))
+  q_in_jit = jax.jit(lambda v: mx.quantize(v, "mxfp8_e4m3"))
+  # Without differentiation it is only codes: no float32 output beside them.
+  assert len(jax.tree_util.tree_leaves(q_in_jit(a))) == 2
+  # Differentiated, its storage raises where the gradient would be zero.
+  with pytest.raises(TypeError, match="left it without its straight-through"):
+    jax.grad(lambda v: q_in_jit(v).dequantize().sum())(a)
+  # A loop that re-quantizes its carry keeps one carry type.
+  q0 = mx.quantize(np.ones((4, 32), np.float32), "mxfp8_e4m3")
+  q, _ = jax.lax.scan(
+      lambda r, s: (mx.quantize(r.dequantize() * s, "mxfp8_e4m3"), None),
+      q0, jnp.asarray([2.0, 3.0]))
+  np.testing.assert_array_equal(q.dequantize(), np.full((4, 32), 6.0))

@@ -462,6 +462,22 @@ def test_codes_kept_from_an_eager_grad_stay_usable():
   assert copy.deepcopy(y).format is y.format
 
 
+def test_codes_take_their_straight_through_source_into_jit():
+  # Its regression: the source was no pytree child, so codes passed into
+  # jit under grad lost it and the gradient came out zero, silently.
+  x = jnp.array([0.3, -1.2, 2.5, 7.0])
+  c = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+  decode_dot = jax.jit(lambda y: (jaxfp8.decode(y) * c).sum())
+  for fmt in ("float6_e2m3fn", "float4_e2m1fn"):
+    g = jax.grad(lambda v: decode_dot(jaxfp8.encode(v, fmt)))(x)
+    np.testing.assert_array_equal(np.asarray(g), c)
+  # Codes made inside a jit keep their source there: their gradient raises.
+  encode_in_jit = jax.jit(lambda v: jaxfp8.encode(v, "float6_e2m3fn"))
+  assert len(jax.tree_util.tree_leaves(encode_in_jit(x))) == 1
+  with pytest.raises(TypeError, match="left it without its straight-through"):
+    jax.grad(lambda v: jaxfp8.decode(encode_in_jit(v)).sum())(x)
+
+
 @pytest.mark.filterwarnings("ignore:Explicitly requested dtype float64")
 def test_decode_to_float64_by_name():
   x = jnp.array([1.5], jnp.float8_e4m3fn)

@@ -66,7 +66,7 @@ class MXArray:
   """
 
   __slots__ = ("data", "scales", "tensor_scale", "fmt", "axis", "length",
-               "block_size", "_source")
+               "block_size", "_source", "_carried")
 
   def __init__(self, data, scales, fmt, *, axis: int, length: int,
                block_size: int, tensor_scale=None):
@@ -74,22 +74,28 @@ class MXArray:
     self.fmt = get_format(fmt, fn="MXArray")
     self.axis, self.length, self.block_size = int(axis), int(length), int(
         block_size)
-    self._source = None
+    self._source, self._carried = None, False
     if self.axis >= 0:
       raise ValueError("`axis` of MXArray is stored as a negative index, got "
                        f"{axis}")
 
   def tree_flatten(self):
-    return ((self.data, self.scales, self.tensor_scale),
-            (self.fmt.name, self.axis, self.length, self.block_size))
+    # A traced source is a fourth child, so the straight-through gradient
+    # crosses jit, vmap, scan and tree_map boundaries with the storage (as a
+    # non-child it was dropped there, and the gradient came out zero).
+    children = decode_grad.source_children(
+        (self.data, self.scales, self.tensor_scale), self._source,
+        carried=self._carried)
+    return children, (self.fmt.name, self.axis, self.length, self.block_size)
 
   @classmethod
   def tree_unflatten(cls, aux, children):
     obj = object.__new__(cls)
-    obj.data, obj.scales, obj.tensor_scale = children
+    obj.data, obj.scales, obj.tensor_scale = children[:3]
     obj.fmt = get_format(aux[0])
     obj.axis, obj.length, obj.block_size = aux[1:]
-    obj._source = None
+    obj._source = decode_grad.source_from_children(children[3:])
+    obj._carried = obj._source is not None  # it crossed in as a child
     return obj
 
   @property
@@ -172,6 +178,7 @@ class MXArray:
     out = MXArray(data, scales, self.fmt, axis=axis, length=length,
                   block_size=self.block_size, tensor_scale=tensor_scale)
     out._source = source
+    out._carried = self._carried and source is not None
     return out
 
   @property
@@ -179,8 +186,12 @@ class MXArray:
     """The traced float32 array this MXArray was quantized from, or None.
 
     Set by :func:`quantize` when ``x`` is traced (under ``grad``, ``jit``,
-    ``vmap``); :func:`dequantize` differentiates as the identity in it. A
-    pytree round trip (a ``jit`` or ``scan`` boundary) drops it.
+    ``vmap``); :func:`dequantize` differentiates as the identity in it. It
+    travels as a pytree child while it is traced: into ``jit``, ``vmap``
+    and ``scan`` and through ``tree_map``. One made inside the body of a
+    ``jit``, ``scan``, ``cond`` or ``checkpoint`` stays there (no float32
+    output beside the codes), and differentiating the storage it leaves
+    with raises ``TypeError``: dequantize inside, or quantize outside.
     """
     return self._source
 
@@ -429,9 +440,8 @@ def _no_gradient_jvp(primals, tangents):
   raise TypeError(
       "MX storage carries no gradient: this MXArray was not quantized from a "
       "traced array in the function being differentiated (packed data and "
-      "scale codes are integers, and a pytree round trip such as a jit "
-      "boundary drops the straight-through source); call mx.quantize inside "
-      "the differentiated function, or use mx.fake_quantize (straight-"
+      "scale codes are integers); call mx.quantize inside the "
+      "differentiated function, or use mx.fake_quantize (straight-"
       "through by construction) or a recipe of jaxfp8.recipes.dot_general")
 
 

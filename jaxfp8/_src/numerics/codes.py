@@ -81,8 +81,9 @@ class CodeArray:
   """
 
   # `_source` is the float32 array a traced cast started from (see decode);
-  # it is not a pytree child, so it never leaves the trace that made it.
-  __slots__ = ("codes", "format", "_source")
+  # while traced it is a second pytree child, so it crosses jit, vmap and
+  # scan boundaries with the codes (decode_grad.source_children).
+  __slots__ = ("codes", "format", "_source", "_carried")
 
   def __init__(self, codes: Any, fmt: formats.FormatLike):
     fmt = formats.get(fmt, arg="fmt", fn="CodeArray")
@@ -97,16 +98,19 @@ class CodeArray:
                       f"array of bit patterns, got {codes.dtype}")
     self.codes = codes
     self.format = fmt
-    self._source = None
+    self._source, self._carried = None, False
 
   def tree_flatten(self):
-    return (self.codes,), self.format.name
+    return (decode_grad.source_children((self.codes,), self._source,
+                                        carried=self._carried),
+            self.format.name)
 
   @classmethod
   def tree_unflatten(cls, name, children):
     obj = object.__new__(cls)
     obj.codes, obj.format = children[0], formats.get(name)
-    obj._source = None
+    obj._source = decode_grad.source_from_children(children[1:])
+    obj._carried = obj._source is not None  # it crossed in as a child
     return obj
 
   def _like(self, codes, derive) -> "CodeArray":
@@ -118,6 +122,7 @@ class CodeArray:
     """
     obj = CodeArray(codes, self.format)
     obj._source = decode_grad.live(derive, self._source)
+    obj._carried = self._carried and obj._source is not None
     return obj
 
   def __reduce__(self):
