@@ -38,6 +38,10 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jaxfp8"))
 # first, so that pytest-xdist starts them early and no worker ends the run
 # alone on one of them while the other is idle.
 _LONG_FIRST = (
+    "tests/recipes/test_recipes_across_processes.py",
+    "tests/es/test_es_across_processes.py",
+    "tests/test_checkpoint_across_processes.py",
+    "tests/test_multiprocess.py",
     "tests/fp8/test_sharded_training.py",
     "tests/es/test_es_sharding.py",
     "tests/recipes/test_transformer_example.py",

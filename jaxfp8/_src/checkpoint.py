@@ -85,8 +85,15 @@ def _key_impl(x: Any) -> str:
 def _storable_leaf(x: Any) -> Any:
   dtype = getattr(x, "dtype", None)
   if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-    data = (jax.eval_shape(jax.random.key_data, x)
-            if isinstance(x, jax.ShapeDtypeStruct) else jax.random.key_data(x))
+    if isinstance(x, jax.ShapeDtypeStruct):
+      data = jax.eval_shape(jax.random.key_data, x)
+      # eval_shape drops the sharding; without one, orbax restores by the
+      # saved topology, which another process count does not have. The
+      # key's sharding fits its data: the trailing dims are replicated.
+      data = jax.ShapeDtypeStruct(data.shape, data.dtype,
+                                  sharding=getattr(x, "sharding", None))
+    else:
+      data = jax.random.key_data(x)
     return {f"key{_SEP}{_key_impl(x)}": data}
   if _is_special(x):
     children, _ = x.tree_flatten()
