@@ -56,9 +56,9 @@ def test_bench_help_lists_the_suites(capsys):
   assert cli.main(["bench", "--help"]) == 0
   out = capsys.readouterr().out
   assert out.startswith("usage: jaxfp8 bench [-h] SUITE")
-  assert "es, mx, mx-train, random" in out
+  assert "es, fsdp, mx, mx-train, random" in out
   assert cli.main(["bench", "-h"]) == 0
-  assert "es, mx, mx-train, random" in capsys.readouterr().out
+  assert "es, fsdp, mx, mx-train, random" in capsys.readouterr().out
 
 
 def test_bench_suite_help_is_the_suites_own(capsys):

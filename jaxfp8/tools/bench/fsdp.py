@@ -1,0 +1,157 @@
+"""``python -m jaxfp8 bench fsdp``: what an FSDP step gathers, per recipe.
+
+Compiles (no run) the training step of ``--layers`` Dense layers
+``width x width`` (GELU between them, mean squared error; the loss and the
+gradient of every weight, and the next state for delayed scaling) on a
+``batch x width`` input, with every weight split by rows over ``--devices``
+devices (FSDP) and the batch split alike, once per recipe, and reads the
+bytes of its collectives from the compiled program
+(:func:`jaxfp8.tools.collectives.collective_bytes`): the all-gathers that
+assemble the weights, and the all-reduces. The ratio is a recipe's
+all-gather bytes over those of the same step with plain float32 GEMMs. The
+figures come from the program, not a clock: deterministic.
+
+It needs ``--devices`` devices: with fewer (a CPU host, one GPU), it runs
+itself again in a subprocess on that many simulated CPU devices, whose
+SPMD partitioner decides the collectives as on any backend.
+
+The targets are those of issue #41 (the gather should move codes and
+scales, not float32): fp8_current, fp8_delayed and fp8_blockwise <= 0.27,
+mxfp8 <= 0.53 (two orientations), nvfp4 <= 0.16.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from jaxfp8.tools.options import int_at_least
+
+RECIPES = ("bf16", "fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8",
+           "nvfp4", "nvfp4_1d_weights")
+TARGETS = {"fp8_current": 0.27, "fp8_delayed": 0.27, "fp8_blockwise": 0.27,
+           "mxfp8": 0.53, "nvfp4": 0.16}
+_CHILD = "JAXFP8_BENCH_FSDP_CHILD"
+_DIMS = (((1,), (0,)), ((), ()))
+
+
+def _recipe_list(text: str) -> list[str]:
+  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
+  names = [n.strip() for n in text.split(",") if n.strip()]
+  bad = [n for n in names if n not in recipes.RECIPES]
+  if not names or bad:
+    raise argparse.ArgumentTypeError(
+        f"expected comma-separated recipe names of jaxfp8.recipes.RECIPES "
+        f"({', '.join(recipes.RECIPES)}), got {text!r}")
+  return names
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="jaxfp8 bench fsdp")
+  p.add_argument("--width", type=int_at_least(16), default=1024,
+                 help="input and output width of every layer; a multiple "
+                      "of 16 times --devices")
+  p.add_argument("--batch", type=int_at_least(16), default=256,
+                 help="rows of the input; a multiple of 16 times --devices")
+  p.add_argument("--layers", type=int_at_least(1), default=2)
+  p.add_argument("--devices", type=int_at_least(2), default=4)
+  p.add_argument("--recipes", type=_recipe_list, default=list(RECIPES),
+                 help="comma-separated recipe names (float32 is always "
+                      "compiled: the baseline)")
+  p.add_argument("--quick", action="store_true",
+                 help="a smoke test: width 256, batch 128, fp8_current and "
+                      "nvfp4")
+  return p
+
+
+def _step(recipe, layers: int):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
+  key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
+
+  def loss(ws, states, x, y):
+    for i, w in enumerate(ws):
+      if recipe is None:
+        x = jnp.dot(x, w)
+      else:
+        x = recipes.dot_general(
+            x, w, _DIMS, recipe=recipe, state=states[i],
+            key=None if key is None else jax.random.fold_in(key, i))
+      x = jax.nn.gelu(x) if i < layers - 1 else x
+    return jnp.mean((x - y) ** 2)
+
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+
+def _measure(args) -> dict[str, dict[str, int]]:
+  """``{recipe: collective_bytes}`` of each recipe's compiled FSDP step."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
+  from jaxfp8.tools.collectives import collective_bytes  # pylint: disable=g-import-not-at-top
+
+  mesh = Mesh(np.array(jax.devices()[:args.devices]), ("data",))
+  rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+  spec = lambda shape, s: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=s)
+  x = spec((args.batch, args.width), rows)
+  ws = [spec((args.width, args.width), rows) for _ in range(args.layers)]
+  out = {}
+  for name in ["float32"] + [n for n in args.recipes if n != "float32"]:
+    recipe = None if name == "float32" else recipes.get_recipe(name)
+    states = [None if recipe is None else jax.tree_util.tree_map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=whole),
+        recipes.init_state(recipe)) for _ in ws]
+    compiled = _step(recipe, args.layers).lower(ws, states, x, x).compile()
+    out[name] = collective_bytes(compiled)
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.width, args.batch, args.recipes = 256, 128, ["fp8_current", "nvfp4"]
+  for name in ("width", "batch"):
+    if getattr(args, name) % (16 * args.devices):
+      parser.error(f"argument --{name}: must be a multiple of 16 x "
+                   f"--devices = {16 * args.devices}, got "
+                   f"{getattr(args, name)}")
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.device_count() < args.devices:
+    if os.environ.get(_CHILD):
+      parser.error(f"argument --devices: {args.devices} devices asked, "
+                   f"{jax.device_count()} present")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **{_CHILD: "1"})
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_"
+                        f"platform_device_count={args.devices}")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] != ["bench", "fsdp"]:
+      argv = ["bench", "fsdp"] + argv
+    return subprocess.run([sys.executable, "-m", "jaxfp8"] + argv,
+                          env=env, check=False).returncode
+  from jaxfp8.tools import timing  # pylint: disable=g-import-not-at-top
+  got = _measure(args)
+  base = got["float32"]["all-gather"]
+  print(f"# FSDP step: {args.layers} Dense layers {args.width} x "
+        f"{args.width}, batch {args.batch}, weights and batch split by rows "
+        f"over {args.devices} devices; jax {jax.__version__}, "
+        f"{jax.default_backend()} (compiled, not run)")
+  print("bytes of each kind of collective's results on one device, from "
+        "the compiled program; ratio: all-gather bytes over the float32 "
+        "step's\n")
+  rows = []
+  for name, b in got.items():
+    ratio = b["all-gather"] / base if base else float("nan")
+    target = TARGETS.get(name)
+    rows.append([name, f"{b['all-gather'] / 1e6:.3f}",
+                 f"{b['all-reduce'] / 1e6:.3f}", f"{ratio:.2f}",
+                 "-" if target is None else f"<= {target:.2f}"
+                 + (" met" if ratio <= target else " not met")])
+  print(timing.markdown_table(
+      ["recipe", "all-gather MB", "all-reduce MB", "gather ratio", "target"],
+      rows))
+  return 0
