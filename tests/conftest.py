@@ -42,6 +42,7 @@ _LONG_FIRST = (
     "tests/es/test_es_across_processes.py",
     "tests/test_checkpoint_across_processes.py",
     "tests/test_multiprocess.py",
+    "tests/recipes/test_scale_out_example.py",
     "tests/fp8/test_sharded_training.py",
     "tests/es/test_es_sharding.py",
     "tests/recipes/test_transformer_example.py",
