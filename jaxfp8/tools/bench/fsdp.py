@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 
+from jaxfp8.tools.bench import train
 from jaxfp8.tools.options import int_at_least
 
 RECIPES = ("bf16", "fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8",
@@ -33,18 +34,6 @@ RECIPES = ("bf16", "fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8",
 TARGETS = {"fp8_current": 0.27, "fp8_delayed": 0.27, "fp8_blockwise": 0.27,
            "mxfp8": 0.53, "nvfp4": 0.16}
 _CHILD = "JAXFP8_BENCH_FSDP_CHILD"
-_DIMS = (((1,), (0,)), ((), ()))
-
-
-def _recipe_list(text: str) -> list[str]:
-  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
-  names = [n.strip() for n in text.split(",") if n.strip()]
-  bad = [n for n in names if n not in recipes.RECIPES]
-  if not names or bad:
-    raise argparse.ArgumentTypeError(
-        f"expected comma-separated recipe names of jaxfp8.recipes.RECIPES "
-        f"({', '.join(recipes.RECIPES)}), got {text!r}")
-  return names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,33 +45,13 @@ def _parser() -> argparse.ArgumentParser:
                  help="rows of the input; a multiple of 16 times --devices")
   p.add_argument("--layers", type=int_at_least(1), default=2)
   p.add_argument("--devices", type=int_at_least(2), default=4)
-  p.add_argument("--recipes", type=_recipe_list, default=list(RECIPES),
+  p.add_argument("--recipes", type=train.recipe_list, default=list(RECIPES),
                  help="comma-separated recipe names (float32 is always "
                       "compiled: the baseline)")
   p.add_argument("--quick", action="store_true",
                  help="a smoke test: width 256, batch 128, fp8_current and "
                       "nvfp4")
   return p
-
-
-def _step(recipe, layers: int):
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
-  key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
-
-  def loss(ws, states, x, y):
-    for i, w in enumerate(ws):
-      if recipe is None:
-        x = jnp.dot(x, w)
-      else:
-        x = recipes.dot_general(
-            x, w, _DIMS, recipe=recipe, state=states[i],
-            key=None if key is None else jax.random.fold_in(key, i))
-      x = jax.nn.gelu(x) if i < layers - 1 else x
-    return jnp.mean((x - y) ** 2)
-
-  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
 
 
 def _measure(args) -> dict[str, dict[str, int]]:
@@ -105,7 +74,8 @@ def _measure(args) -> dict[str, dict[str, int]]:
     states = [None if recipe is None else jax.tree_util.tree_map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=whole),
         recipes.init_state(recipe)) for _ in ws]
-    compiled = _step(recipe, args.layers).lower(ws, states, x, x).compile()
+    step = train.training_step(recipe, args.layers)
+    compiled = step.lower(ws, states, x, x).compile()
     out[name] = collective_bytes(compiled)
   return out
 

@@ -38,7 +38,7 @@ RECIPES = ("fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4",
 _DIMS = (((1,), (0,)), ((), ()))  # x (batch, in) . w (in, out)
 
 
-def _step(recipe, layers: int):
+def training_step(recipe, layers: int):
   """A jitted ``(weights, states, x, y) -> (loss, grads, next states)``."""
   key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
 
@@ -58,7 +58,8 @@ def _step(recipe, layers: int):
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
 
 
-def _recipe_list(text: str) -> list[str]:
+def recipe_list(text: str) -> list[str]:
+  """``--recipes``: comma-separated names of ``jaxfp8.recipes.RECIPES``."""
   names = [n.strip() for n in text.split(",") if n.strip()]
   bad = [n for n in names if n not in recipes.RECIPES]
   if not names or bad:
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                            "Hadamard transform of nvfp4 works on 16-row "
                            "chunks of the weight-gradient GEMM)")
   parser.add_argument("--layers", type=int_at_least(1), default=3)
-  parser.add_argument("--recipes", type=_recipe_list, default=list(RECIPES),
+  parser.add_argument("--recipes", type=recipe_list, default=list(RECIPES),
                       help="comma-separated recipe names (bf16 and float32 "
                            "are always timed)")
   parser.add_argument("--repeats", type=int_at_least(1), default=7)
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
               for _ in ws]
     jax.clear_caches()
     t0 = time.perf_counter()
-    step = _step(recipe, args.layers).lower(ws, states, x, y).compile()
+    step = training_step(recipe, args.layers).lower(ws, states, x, y).compile()
     jax.block_until_ready(step(ws, states, x, y))
     first[name] = time.perf_counter() - t0
     fns[name] = (lambda step=step, states=states: step(ws, states, x, y))
