@@ -42,7 +42,7 @@ def test_a_process_that_dies_fails_the_test_without_a_hang():
   with pytest.raises(pytest.fail.Exception,
                      match=r"process 1 of 2 exited with code 1(.|\n)*gives up"):
     multiprocess.run(code, timeout=120)
-  assert time.monotonic() - start < 20
+  assert time.monotonic() - start < 60  # the deadline is 120 s
 
 
 def test_a_deadline_kills_every_process():
