@@ -235,7 +235,9 @@ def es_generation(mesh):
   return (f"es popsize={popsize} dims={dims} dtype=float8_e4m3fn "
           f"fitness_mean={float(fitness):.4f} mean_moved={float(moved):.4f} "
           f"all_reduce_kb={b['all-reduce'] / 1e3:.1f} "
-          f"all_gather_kb={b['all-gather'] / 1e3:.1f}")
+          f"all_gather_kb={b['all-gather'] / 1e3:.1f} "
+          f"all_to_all_kb={b['all-to-all'] / 1e3:.1f} "
+          f"permute_kb={b['collective-permute'] / 1e3:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
