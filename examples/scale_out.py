@@ -183,15 +183,9 @@ def train(name, args, tokens, mesh):
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, args.lr, warmup_steps=max(1, args.steps // 10),
       decay_steps=args.steps, end_value=args.lr / 10)
-  if name is None:  # float32 GEMMs: the recipe rules' "high precision"
-    rules, transformer_lm.rules = transformer_lm.rules, lambda *_: [(".*", None)]
-  try:
-    step, _, state = transformer_lm.make_step(
-        name or "bf16", width=args.width, layers=args.layers,
-        heads=args.heads, seq=args.seq, seed=args.seed, lr=schedule)
-  finally:
-    if name is None:
-      transformer_lm.rules = rules
+  step, _, state = transformer_lm.make_step(
+      name, width=args.width, layers=args.layers, heads=args.heads,
+      seq=args.seq, seed=args.seed, lr=schedule)
   params, scaling, rest, opt_state = state
   fsdp = lambda shape: fsdp_spec(shape, n, "data")
   whole = lambda shape: P()

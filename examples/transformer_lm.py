@@ -214,20 +214,22 @@ def heldout_windows(data: np.ndarray, count: int, seq: int) -> np.ndarray:
   return data[starts[:, None] + np.arange(seq + 1)]
 
 
-def make_step(recipe: str, *, width: int, layers: int, heads: int, seq: int,
-              seed: int, lr):
+def make_step(recipe: str | None, *, width: int, layers: int, heads: int,
+              seq: int, seed: int, lr):
   """The jitted training step of a fresh ByteLM under ``recipe``.
 
   Returns ``(step, loss_fn, state)``: ``step(*state, tokens)`` returns the
   next ``state`` (params, scaling, rest, opt_state) and the loss;
   ``loss_fn(params, scaling, rest, tokens)`` the loss and next rest. ``lr``
-  is a learning rate or an optax schedule.
+  is a learning rate or an optax schedule. ``recipe=None``: every layer's
+  GEMMs in float32, as given (a baseline for examples/scale_out.py).
   """
   model = ByteLM(width=width, layers=layers, heads=heads, seq=seq,
                  rngs=nnx.Rngs(seed))
   # The recipe's stochastic rounding and Hadamard signs draw from their own
   # stream, seeded alike for every run.
-  recipes.nnx_recipe(model, rules(recipe, layers),
+  recipes.nnx_recipe(model, [(".*", None)] if recipe is None
+                     else rules(recipe, layers),
                      rngs=nnx.Rngs(recipe=seed + 1))
   tx = optax.chain(optax.clip_by_global_norm(1.0),
                    optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=0.1))

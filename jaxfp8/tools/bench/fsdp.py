@@ -26,7 +26,15 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-multiple-import
+import numpy as np
+
+from jaxfp8 import recipes
+from jaxfp8.tools import timing
 from jaxfp8.tools.bench import train
+from jaxfp8.tools.collectives import collective_bytes
 from jaxfp8.tools.options import int_at_least
 
 RECIPES = ("bf16", "fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8",
@@ -56,13 +64,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _measure(args) -> dict[str, dict[str, int]]:
   """``{recipe: collective_bytes}`` of each recipe's compiled FSDP step."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from jaxfp8 import recipes  # pylint: disable=g-import-not-at-top
-  from jaxfp8.tools.collectives import collective_bytes  # pylint: disable=g-import-not-at-top
-
   mesh = Mesh(np.array(jax.devices()[:args.devices]), ("data",))
   rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
   spec = lambda shape, s: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=s)
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
       parser.error(f"argument --{name}: must be a multiple of 16 x "
                    f"--devices = {16 * args.devices}, got "
                    f"{getattr(args, name)}")
-  import jax  # pylint: disable=g-import-not-at-top
+  # The device count is fixed when the backend starts (here, at the
+  # latest): with too few, a subprocess on simulated CPU devices.
   if jax.device_count() < args.devices:
     if os.environ.get(_CHILD):
       parser.error(f"argument --devices: {args.devices} devices asked, "
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
       argv = ["bench", "fsdp"] + argv
     return subprocess.run([sys.executable, "-m", "jaxfp8"] + argv,
                           env=env, check=False).returncode
-  from jaxfp8.tools import timing  # pylint: disable=g-import-not-at-top
   got = _measure(args)
   base = got["float32"]["all-gather"]
   print(f"# FSDP step: {args.layers} Dense layers {args.width} x "
