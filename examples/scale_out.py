@@ -35,6 +35,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 # The transformer (ByteLM, make_step, the corpus) comes from its example.
@@ -99,14 +100,18 @@ def launch_local(args, argv: list[str]) -> int:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform"
                       f"_device_count={args.local_devices}")
-  procs = []
+  procs, logs = [], []
   for i in range(args.processes):
     cmd = [sys.executable, os.path.abspath(__file__), *rest,
            "--coordinator", f"127.0.0.1:{port}",
            "--num-processes", str(args.processes), "--process-id", str(i)]
-    procs.append(subprocess.Popen(
-        cmd, env=env, stdout=None if i == 0 else subprocess.PIPE,
-        stderr=None if i == 0 else subprocess.STDOUT, text=True))
+    # The others' output goes to files, not pipes: a pipe nobody reads
+    # while they run would block a process that fills it.
+    logs.append(None if i == 0 else tempfile.TemporaryFile("w+"))
+    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[i],
+                                  stderr=None if i == 0
+                                  else subprocess.STDOUT,
+                                  text=True))
   deadline = time.monotonic() + args.timeout
   try:
     while any(p.poll() is None for p in procs):
@@ -121,10 +126,14 @@ def launch_local(args, argv: list[str]) -> int:
     for p in procs:
       if p.poll() is None:
         p.kill()
-    for i, p in enumerate(procs):
-      out = p.communicate()[0] if i else None
-      if p.returncode and out:
-        print(f"--- process {i} ---\n{out[-3000:]}", file=sys.stderr)
+    for i, (p, log) in enumerate(zip(procs, logs)):
+      p.wait()
+      if log is not None:
+        log.seek(0)
+        out = log.read()
+        log.close()
+        if p.returncode and out:
+          print(f"--- process {i} ---\n{out[-3000:]}", file=sys.stderr)
   return max(p.returncode for p in procs)
 
 
