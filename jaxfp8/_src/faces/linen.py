@@ -48,6 +48,7 @@ from jaxfp8._src import compat
 from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import gather
 from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import registry
@@ -58,8 +59,8 @@ RNG_STREAM = "recipe"
 
 
 def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
-              history_length: int = 16,
-              reduction: str = "max") -> Callable[..., Any]:
+              history_length: int = 16, reduction: str = "max",
+              rhs_sharding: Any = None) -> Callable[..., Any]:
   """The core ``dot_general`` with ``recipe``, bound to what ``module``
   keeps for it: its delayed-scaling state (variables of
   ``_overwrite_with_gradient`` in ``module``'s scope, made on first use)
@@ -69,7 +70,8 @@ def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
   Call it where ``module`` may make variables (a compact method, or an
   interceptor of one), outside any JAX transform the module did not see.
   ``history_length`` and ``reduction``: of a fresh state
-  (:func:`~jaxfp8._src.recipes.state.init_state`).
+  (:func:`~jaxfp8._src.recipes.state.init_state`); ``rhs_sharding``: the
+  core ``dot_general``'s option (the kernel's gathered sharding).
 
   Raises:
     ValueError: the recipe needs a key and ``apply`` got no ``"recipe"``
@@ -93,7 +95,7 @@ def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
           f"apply")
     key = module.make_rng(RNG_STREAM)
   return functools.partial(core.dot_general, recipe=recipe, key=key,
-                           state=state)
+                           state=state, rhs_sharding=rhs_sharding)
 
 
 class RecipeDotGeneral(nn.Module):
@@ -110,6 +112,9 @@ class RecipeDotGeneral(nn.Module):
       ``"fp8_blockwise"``, ``"nvfp4"``...) or an MX recipe.
     history_length, reduction: delayed-scaling settings
       (:func:`~jaxfp8._src.recipes.state.init_state`).
+    rhs_sharding: the sharding the kernel is gathered to under FSDP
+      (``jax.sharding.PartitionSpec()`` for whole): its codes and scales
+      are gathered instead of float32 (the core ``dot_general``'s option).
 
   >>> import functools, jax, jax.numpy as jnp, flax.linen as nn
   >>> model = nn.Dense(4, dot_general_cls=functools.partial(
@@ -121,10 +126,12 @@ class RecipeDotGeneral(nn.Module):
   recipe: Any = "fp8_current"
   history_length: int = 16
   reduction: str = "max"
+  rhs_sharding: Any = None
 
   def __post_init__(self):
-    # A bad recipe fails where the module is built, not at init.
+    # A bad recipe or sharding fails where the module is built, not at init.
     registry.get_recipe(self.recipe)
+    gather.check_sharding(self.rhs_sharding, None, fn=type(self).__name__)
     super().__post_init__()
 
   @nn.compact
@@ -133,7 +140,7 @@ class RecipeDotGeneral(nn.Module):
     dot = layer_dot(self, registry.get_recipe(self.recipe),
                     fn=type(self).__name__,
                     history_length=self.history_length,
-                    reduction=self.reduction)
+                    reduction=self.reduction, rhs_sharding=self.rhs_sharding)
     return dot(lhs, rhs, dimension_numbers, precision,
                preferred_element_type, **kwargs)
 
@@ -254,7 +261,8 @@ def intercept_layers(dot_for: DotFor) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def linen_recipe(rules: Any = None) -> Iterator[None]:
+def linen_recipe(rules: Any = None, *,
+                 rhs_sharding: Any = None) -> Iterator[None]:
   """Trains linen ``Dense`` / ``DenseGeneral`` / ``Einsum`` layers chosen by
   rules with their rule's recipe.
 
@@ -273,6 +281,10 @@ def linen_recipe(rules: Any = None) -> Iterator[None]:
       precision), one recipe for every layer, or None for ``"fp8_current"``
       everywhere. A recipe is anything
       :func:`~jaxfp8._src.recipes.registry.get_recipe` reads.
+    rhs_sharding: under FSDP, the sharding every matching layer's kernel
+      is gathered to (``PartitionSpec()``: whole); its codes and scales
+      are gathered instead of float32 values (see the core
+      ``dot_general``). None: XLA gathers what the GEMMs read.
 
   Raises:
     ValueError: bad rules or recipe names (here); a recipe needing keys
@@ -291,6 +303,7 @@ def linen_recipe(rules: Any = None) -> Iterator[None]:
   fn = "linen_recipe"
   rules = rules_lib.check_rules(rules, fn=fn, get=registry.get_recipe,
                                 default="fp8_current")
+  rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
 
   def dot_for(module, path, packed):
     recipe = rules_lib.layer_recipe(rules, path)
@@ -298,7 +311,7 @@ def linen_recipe(rules: Any = None) -> Iterator[None]:
       if packed is None:
         return None
       recipe = WEIGHT_ONLY
-    return layer_dot(module, recipe, fn=fn)
+    return layer_dot(module, recipe, fn=fn, rhs_sharding=rhs_sharding)
 
   with intercept_layers(dot_for):
     yield

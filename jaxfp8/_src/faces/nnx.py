@@ -42,6 +42,7 @@ import jax
 from jaxfp8._src import compat
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import gather
 from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import registry
@@ -71,9 +72,13 @@ class NnxRecipeDotGeneral(nnx.Module):
       recipe that rounds stochastically or applies RHT, unused otherwise.
     history_length, reduction: delayed-scaling settings
       (:func:`~jaxfp8._src.recipes.state.init_state`).
+    rhs_sharding: the sharding the kernel is gathered to under FSDP
+      (``jax.sharding.PartitionSpec()`` for whole): its codes and scales
+      are gathered instead of float32 (the core ``dot_general``'s option).
 
   Raises:
     ValueError: the recipe needs keys and ``rngs`` is None.
+    TypeError: an ``rhs_sharding`` that is not a sharding or spec.
 
   >>> import jax.numpy as jnp
   >>> from flax import nnx
@@ -89,9 +94,10 @@ class NnxRecipeDotGeneral(nnx.Module):
 
   def __init__(self, recipe: Any = "fp8_current", *,
                rngs: nnx.Rngs | None = None, history_length: int = 16,
-               reduction: str = "max"):
+               reduction: str = "max", rhs_sharding: Any = None):
     fn = type(self).__name__
     self.recipe = registry.get_recipe(recipe)
+    self.rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
     if rngs is not None and not isinstance(rngs, nnx.Rngs):
       raise TypeError(f"`rngs` argument to `{fn}` must be None or an "
                       f"nnx.Rngs, got {type(rngs).__name__}")
@@ -119,7 +125,7 @@ class NnxRecipeDotGeneral(nnx.Module):
           self.state_def, [getattr(self, n)[...] for n in self.state_names])
     key = getattr(self.rngs, RNG_STREAM)() if self.rngs is not None else None
     return functools.partial(core.dot_general, recipe=self.recipe, key=key,
-                             state=state)
+                             state=state, rhs_sharding=self.rhs_sharding)
 
   def __call__(self, lhs, rhs, dimension_numbers, precision=None,
                preferred_element_type=None, **kwargs):
@@ -217,7 +223,8 @@ def replace_layers(model: Any, dot_for: DotFor) -> Any:
 
 
 def nnx_recipe(model: Any, rules: Any = None, *,
-               rngs: nnx.Rngs | None = None) -> Any:
+               rngs: nnx.Rngs | None = None,
+               rhs_sharding: Any = None) -> Any:
   """Trains an nnx model's layers chosen by rules with their rule's recipe,
   in place.
 
@@ -236,6 +243,10 @@ def nnx_recipe(model: Any, rules: Any = None, *,
     rngs: an ``nnx.Rngs`` whose ``"recipe"`` stream gives the keys of
       recipes that round stochastically or apply RHT (needed when one
       matches).
+    rhs_sharding: under FSDP, the sharding every matching layer's kernel
+      is gathered to (``PartitionSpec()``: whole); its codes and scales
+      are gathered instead of float32 values (see the core
+      ``dot_general``). None: XLA gathers what the GEMMs read.
 
   Returns:
     ``model`` (changed in place), for chaining.
@@ -255,6 +266,7 @@ def nnx_recipe(model: Any, rules: Any = None, *,
   if rngs is not None and not isinstance(rngs, nnx.Rngs):
     raise TypeError(f"`rngs` argument to `{fn}` must be None or an nnx.Rngs, "
                     f"got {type(rngs).__name__}")
+  rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
 
   def dot_for(path, packed):
     recipe = rules_lib.layer_recipe(rules, path)
@@ -267,6 +279,6 @@ def nnx_recipe(model: Any, rules: Any = None, *,
                        "rounds stochastically or applies a random Hadamard "
                        "transform and needs a key per call; pass "
                        "rngs=nnx.Rngs(recipe=seed)")
-    return NnxRecipeDotGeneral(recipe, rngs=rngs)
+    return NnxRecipeDotGeneral(recipe, rngs=rngs, rhs_sharding=rhs_sharding)
 
   return replace_layers(model, dot_for)

@@ -56,6 +56,7 @@ from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.codes import as_float32
 from jaxfp8._src.numerics.codes import CodeArray
 from jaxfp8._src.numerics.host import device_array
+from jaxfp8._src.recipes import gather
 from jaxfp8._src.recipes import gemm
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes import registry
@@ -110,6 +111,8 @@ class _Static:
   out_dtype: Any
   lhs_dtype: Any
   rhs_dtype: Any
+  rhs_ndim: int = 2
+  rhs_sharding: Any = None
 
 
 def _split(key, first: bool, second: bool):
@@ -144,25 +147,39 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   x32, w32 = operand.float32(lhs), operand.float32(rhs)
   nxt = {role: operand.next_state(v, states[role])
          for role, v in (("x", x32), ("w", w32)) if role in states}
+  (_, rc), (_, rb) = static.dims
   a = gemm.prepare(x32, r.fwd[0], states.get("x"))
-  b = gemm.prepare(w32, r.fwd[1], states.get("w"))
+  b, gathered = gather.prepare(w32, r.fwd[1], states.get("w"),
+                               static.rhs_sharding, rb, rc)
   gemm.record("fwd", r.fwd, lhs, rhs)
   out, w_values = gemm.multiply(a, b, static.dims, static.run, kf,
                                 keep_b=True)
-  # Square weight blocks: dgrad multiplies the same quantized values.
-  share = gemm.shares_quantized(r.fwd[1], r.dgrad[1], static.dims[0][1])
-  w_kept = (gemm.KeptQuantized(w_values) if share and w_values is not None
-            else _kept(b, r.dgrad[1], rhs))
+  # Square weight blocks: dgrad multiplies the same quantized values (kept
+  # as the gathered codes where the weight was gathered narrow).
+  share = gemm.shares_quantized(r.fwd[1], r.dgrad[1], rc)
+  if share and gathered is not None:
+    w_kept = gathered
+  elif share and w_values is not None:
+    w_kept = gemm.KeptQuantized(w_values)
+  else:
+    w_kept = _kept(b, r.dgrad[1], rhs)
   res = (_kept(a, r.wgrad[0], lhs), w_kept, kb, state, nxt)
   return to_dtype(out, static.out_dtype), res
 
 
-def _residual(kept, q: Optional[Quantizer], state) -> gemm.Op:
+def _residual(kept, q: Optional[Quantizer], state, sharding=None,
+              dims=((), ())) -> gemm.Op:
+  """The operand a backward GEMM multiplies from what the forward kept;
+  a raw weight is quantized along that GEMM's ``dims`` (its batch and
+  contracting dims) and gathered narrow to ``sharding``."""
   if isinstance(kept, gemm.KeptQuantized):
     return kept.op(q)
+  if isinstance(kept, gather.Gathered):
+    return gemm.Op(kept.values(), q, quantized=True)
   if isinstance(kept, tuple):
     return gemm.Op(None, q, *kept)
-  return gemm.prepare(operand.float32(kept), q, state)
+  return gather.prepare(operand.float32(kept), q, state, sharding,
+                        *dims)[0]
 
 
 def _core_bwd(static: _Static, res, g):
@@ -183,10 +200,11 @@ def _core_bwd(static: _Static, res, g):
     return gemm.Op(g32, q)
 
   x_op = _residual(x_kept, r.wgrad[0], states.get("x"))
-  w_op = _residual(w_kept, r.dgrad[1], states.get("w"))
-  lhs_nd, rhs_nd = len(x_op.shape), len(w_op.shape)
+  lhs_nd, rhs_nd = len(x_op.shape), static.rhs_ndim
   # dx = dy . w over w's free dims; dw = dy . x over x's free dims.
   d_dims, d_perm = transpose_dims(dims, lhs_nd, rhs_nd, of_rhs=False)
+  w_op = _residual(w_kept, r.dgrad[1], states.get("w"), static.rhs_sharding,
+                   (d_dims[1][1], d_dims[0][1]))
   gemm.record("dgrad", r.dgrad, g, w_op)
   dx = gemm.multiply(dy_op(r.dgrad[0]), w_op, d_dims, static.run, kd)
   dx = dx.transpose(d_perm)
@@ -215,7 +233,8 @@ def _gemm_shapes(lhs_shape, rhs_shape, dims):
 
 def apply(lhs: jax.Array, rhs: jax.Array, dims, recipe: Recipe, *,
           out_dtype: Any, key: Any = None, state: Optional[dict] = None,
-          run: gemm_lib.Run = gemm_lib.Run()) -> jax.Array:
+          run: gemm_lib.Run = gemm_lib.Run(),
+          rhs_sharding: Any = None) -> jax.Array:
   """The core on checked inputs: float arrays, normalized ``dims``, a key
   only where the recipe needs one and a state from :func:`check_state`.
 
@@ -223,7 +242,8 @@ def apply(lhs: jax.Array, rhs: jax.Array, dims, recipe: Recipe, *,
   call this.
   """
   static = _Static(dims, recipe, run, np.dtype(out_dtype),
-                   np.dtype(lhs.dtype), np.dtype(rhs.dtype))
+                   np.dtype(lhs.dtype), np.dtype(rhs.dtype), rhs.ndim,
+                   rhs_sharding)
   return _core(lhs, rhs, key, state, static)
 
 
@@ -336,7 +356,8 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                 precision: Any = None, preferred_element_type: Any = None, *,
                 recipe: Any = "fp8_current", key: Any = None,
                 state: Any = None, backend: str = "auto",
-                interpret: Optional[bool] = None, **kwargs: Any) -> jax.Array:
+                interpret: Optional[bool] = None, rhs_sharding: Any = None,
+                **kwargs: Any) -> jax.Array:
   """``lax.dot_general`` whose training-step GEMMs a recipe quantizes.
 
   A drop-in ``dot_general`` (``flax.linen.Dense(dot_general=
@@ -375,6 +396,15 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
       ``blockwise_matmul``) and ``"dequantize"``, and dequantize for the
       MX-only names; per-tensor GEMMs ignore it.
     interpret: the kernels' mode (True: Pallas' interpreter).
+    rhs_sharding: under FSDP, the sharding ``rhs`` (the weight) is
+      gathered to for its GEMMs (a ``NamedSharding``, or a
+      ``PartitionSpec`` resolved by the mesh in context): ``P()`` for a
+      weight gathered whole, ``P(None, "model")`` for one left sharded over
+      a tensor-parallel axis. The weight is then quantized where it is
+      stored and its codes and scales are gathered instead of float32
+      values (see :mod:`jaxfp8._src.recipes.gather`); the numbers are
+      unchanged. None (the default): XLA gathers what the GEMM reads.
+      A packed MXArray ``rhs`` is gathered as it is stored.
     **kwargs: other ``lax.dot_general`` options Flax passes
       (``out_sharding``); ignored.
 
@@ -386,9 +416,10 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
       ``lax.dot_general`` would refuse (out of range, negative, repeated,
       or not fitting the operands), a recipe that needs a key without one,
       a batch of keys, a wrong state, a Hadamard-transformed GEMM whose
-      contracting length is not a multiple of 16.
+      contracting length is not a multiple of 16, an ``rhs_sharding`` with
+      more entries than ``rhs`` has dims.
     TypeError: non-array operands, non-integer dims, a bad key or state
-      type.
+      type, an ``rhs_sharding`` that is not a sharding or spec.
     NotImplementedError: an explicit ``backend`` that can't take one of
       the recipe's MX formats.
 
@@ -410,11 +441,13 @@ def dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
   run, preferred_element_type = run_options(backend, interpret,
                                             preferred_element_type, fn=fn)
   if isinstance(rhs, mx_lib.MXArray):
+    gather.check_sharding(rhs_sharding, rhs.ndim, fn=fn)
     return _packed(lhs, rhs, dimension_numbers, recipe,
                    preferred_element_type, run, fn)
   check_backends(recipe, backend, fn=fn)
   lhs, rhs, dims, out_dtype, key, state = check_call(
       lhs, rhs, dimension_numbers, recipe, preferred_element_type, key,
       state, fn=fn)
+  rhs_sharding = gather.check_sharding(rhs_sharding, rhs.ndim, fn=fn)
   return apply(lhs, rhs, dims, recipe, out_dtype=out_dtype, key=key,
-               state=state, run=run)
+               state=state, run=run, rhs_sharding=rhs_sharding)

@@ -38,8 +38,10 @@ RECIPES = ("fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4",
 _DIMS = (((1,), (0,)), ((), ()))  # x (batch, in) . w (in, out)
 
 
-def training_step(recipe, layers: int):
-  """A jitted ``(weights, states, x, y) -> (loss, grads, next states)``."""
+def training_step(recipe, layers: int, *, rhs_sharding=None):
+  """A jitted ``(weights, states, x, y) -> (loss, grads, next states)``;
+  ``rhs_sharding``: the recipes' ``dot_general`` option (the sharding the
+  weights are gathered to, narrow)."""
   key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
 
   def loss(ws, states, x, y):
@@ -49,7 +51,8 @@ def training_step(recipe, layers: int):
       else:
         x = recipes.dot_general(
             x, w, _DIMS, recipe=recipe, state=states[i],
-            key=None if key is None else jax.random.fold_in(key, i))
+            key=None if key is None else jax.random.fold_in(key, i),
+            rhs_sharding=rhs_sharding)
       x = jax.nn.gelu(x) if i < layers - 1 else x
     return jnp.mean((x - y) ** 2)
 
