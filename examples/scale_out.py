@@ -3,8 +3,11 @@
 The model is the byte-level transformer of examples/transformer_lm.py,
 trained per recipe from the same initial parameters on the same batches,
 with every parameter (and its Adam moments) split over all devices of all
-processes along its first dim that divides evenly (FSDP: XLA gathers each
-weight where a GEMM needs it whole) and each batch split by rows. For each
+processes along its first dim that divides evenly (FSDP) and each batch
+split by rows. The recipe layers' kernels are gathered narrow
+(``nnx_recipe(..., rhs_sharding=...)``: each device quantizes its shard and
+the codes and scales are gathered); the other parameters (embeddings,
+norms, biases) as XLA gathers them, in float32. For each
 recipe it prints the loss of the last step and what the step communicates,
 read from its compiled program (``jaxfp8.tools.collectives``): the bytes of
 the all-gathers and the ratio to the same step with float32 GEMMs
@@ -192,9 +195,11 @@ def train(name, args, tokens, mesh):
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, args.lr, warmup_steps=max(1, args.steps // 10),
       decay_steps=args.steps, end_value=args.lr / 10)
+  # The recipe layers' kernels are gathered whole as codes and scales.
   step, _, state = transformer_lm.make_step(
       name, width=args.width, layers=args.layers, heads=args.heads,
-      seq=args.seq, seed=args.seed, lr=schedule)
+      seq=args.seq, seed=args.seed, lr=schedule,
+      rhs_sharding=NamedSharding(mesh, P()))
   params, scaling, rest, opt_state = state
   fsdp = lambda shape: fsdp_spec(shape, n, "data")
   whole = lambda shape: P()

@@ -215,7 +215,7 @@ def heldout_windows(data: np.ndarray, count: int, seq: int) -> np.ndarray:
 
 
 def make_step(recipe: str | None, *, width: int, layers: int, heads: int,
-              seq: int, seed: int, lr):
+              seq: int, seed: int, lr, rhs_sharding=None):
   """The jitted training step of a fresh ByteLM under ``recipe``.
 
   Returns ``(step, loss_fn, state)``: ``step(*state, tokens)`` returns the
@@ -223,6 +223,8 @@ def make_step(recipe: str | None, *, width: int, layers: int, heads: int,
   ``loss_fn(params, scaling, rest, tokens)`` the loss and next rest. ``lr``
   is a learning rate or an optax schedule. ``recipe=None``: every layer's
   GEMMs in float32, as given (a baseline for examples/scale_out.py).
+  ``rhs_sharding``: the recipe layers' kernels' gathered sharding under
+  FSDP (``nnx_recipe``'s option: their codes are gathered, not float32).
   """
   model = ByteLM(width=width, layers=layers, heads=heads, seq=seq,
                  rngs=nnx.Rngs(seed))
@@ -230,7 +232,7 @@ def make_step(recipe: str | None, *, width: int, layers: int, heads: int,
   # stream, seeded alike for every run.
   recipes.nnx_recipe(model, [(".*", None)] if recipe is None
                      else rules(recipe, layers),
-                     rngs=nnx.Rngs(recipe=seed + 1))
+                     rngs=nnx.Rngs(recipe=seed + 1), rhs_sharding=rhs_sharding)
   tx = optax.chain(optax.clip_by_global_norm(1.0),
                    optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=0.1))
   graphdef, params, scaling, rest = nnx.split(model, nnx.Param,

@@ -7,7 +7,8 @@ input-gradient and weight-gradient GEMMs) on a global mesh of four devices,
 and one process of four devices runs the same (tests/multiprocess.py):
 
 * ``dp``: ``x`` split by rows, ``w`` replicated;
-* ``fsdp``: ``w`` split by rows too (gathered where a GEMM needs it whole);
+* ``fsdp``: ``w`` split by rows too, gathered narrow (``rhs_sharding=
+  P()``: each process quantizes its rows, codes and scales are gathered);
 * ``tp_column`` / ``tp_row``: a 2 x 2 (data, model) mesh, ``w`` split by
   columns (the output by columns) or by rows (the contracting dim: partial
   products summed across processes).
@@ -61,25 +62,26 @@ W = (rng.standard_normal((K, N)) / 11).astype(np.float32)
 C = rng.standard_normal((M, N)).astype(np.float32)  # the output's cotangent
 devices = np.array(jax.devices())
 LAYOUTS = {  # mesh shape and axis names; specs of x, w and the cotangent
-    "dp": ((4,), ("data",), P("data"), P(), P("data")),
-    "fsdp": ((4,), ("data",), P("data"), P("data"), P("data")),
+    "dp": ((4,), ("data",), P("data"), P(), P("data"), None),
+    "fsdp": ((4,), ("data",), P("data"), P("data"), P("data"), P()),
     "tp_column": ((2, 2), ("data", "model"), P("data"), P(None, "model"),
-                  P("data", "model")),
+                  P("data", "model"), None),
     "tp_row": ((2, 2), ("data", "model"), P("data", "model"),
-               P("model", None), P("data")),
+               P("model", None), P("data"), None),
 }
 DIMS = (((1,), (0,)), ((), ()))
 out = {}
 cases = json.loads(os.environ["JAXFP8_TEST_CASES"])
-for layout, (shape, axes, *specs) in LAYOUTS.items():
+for layout, (shape, axes, *specs, gathered) in LAYOUTS.items():
   mesh = Mesh(devices.reshape(shape), axes)
+  gathered = None if gathered is None else NamedSharding(mesh, gathered)
   x, w, c = (jax.make_array_from_callback(a.shape, NamedSharding(mesh, s),
                                           lambda i, a=a: a[i])
              for a, s in zip((X, W, C), specs))
   for name in [n for l, n in cases if l == layout]:
     def loss(x, w, state, c, name=name):
       y = recipes.dot_general(x, w, DIMS, recipe=name, key=jax.random.key(3),
-                              state=state)
+                              state=state, rhs_sharding=gathered)
       return jnp.sum(y * c)
     state = recipes.init_state(name, history_length=2)
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(

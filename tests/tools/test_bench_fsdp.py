@@ -11,17 +11,21 @@ def test_bench_fsdp_quick_reports_each_recipe_against_float32(capfd):
   # again in a subprocess, whose table reaches the file descriptors.
   assert cli.main(["bench", "fsdp", "--quick"]) == 0
   out = capfd.readouterr().out
-  rows = {line.split("|")[1].strip(): [c.strip() for c in
-                                       line.split("|")[2:-1]]
+  rows = {tuple(c.strip() for c in line.split("|")[1:3]):
+          [c.strip() for c in line.split("|")[3:-1]]
           for line in out.splitlines()
           if line.startswith("| ") and not line.startswith("| recipe")}
-  assert list(rows) == ["float32", "fp8_current", "nvfp4"], out
-  assert rows["float32"][2] == "1.00" and float(rows["float32"][0]) > 0
+  assert list(rows) == [("float32", "XLA"), ("fp8_current", "XLA"),
+                        ("fp8_current", "narrow"), ("nvfp4", "XLA"),
+                        ("nvfp4", "narrow")], out
+  assert rows["float32", "XLA"][2] == "1.00"
+  assert float(rows["float32", "XLA"][0]) > 0
   for name, target in (("fp8_current", "0.27"), ("nvfp4", "0.16")):
-    ratio = float(rows[name][2])
-    assert 0 < ratio <= 1.0, out
-    assert rows[name][3].startswith(f"<= {target}"), out
-    assert rows[name][3].endswith("met"), out
+    # As XLA gathers by itself: the float32 weight, then quantized.
+    assert rows[name, "XLA"][2] == "1.00" and rows[name, "XLA"][3] == "-"
+    ratio = float(rows[name, "narrow"][2])
+    assert 0 < ratio <= float(target), out
+    assert rows[name, "narrow"][3] == f"<= {target} met", out
 
 
 @pytest.mark.parametrize("argv,option,reason", [

@@ -43,6 +43,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 
 from jaxfp8._src.mx import blockwise
+from jaxfp8._src.mx import elements
 from jaxfp8._src.mx import nvfp4
 from jaxfp8._src.mx import pack as mx_pack
 from jaxfp8._src.mx import quantize as mx_quantize
@@ -50,6 +51,8 @@ from jaxfp8._src.mx.formats import get_format as get_mx_format
 from jaxfp8._src.recipes import gemm
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
+
+_NVFP4 = get_mx_format("nvfp4")
 
 
 def check_sharding(sharding: Any, ndim: Optional[int], *, fn: str) -> Any:
@@ -198,10 +201,13 @@ class Gathered:
       data, scales = blockwise.quantize(v, block=q.block, fmt=q.format,
                                         scale=q.scale)
     elif q.kind == "nvfp4":
-      codes, scales, tensor_scale = nvfp4.quantize(
-          v, block=q.block, tensor_scale=q.scale,
-          scale_mode=None if q.scale == "te" else "floor")
-      data = lax.bitcast_convert_type(codes, jnp.uint4).astype(jnp.uint8)
+      # uint8 e2m1 codes (a float4 <-> uint4 bitcast miscompiles under
+      # XLA's elemental IR emitter, jaxlib 0.10.2).
+      codes, scales, tensor_scale = nvfp4.quantize_tiles(
+          v, None, q.block, tensor_scale=q.scale, scale_mode="floor",
+          rounding="nearest")
+      data = blockwise.untiles(codes, v.shape)
+      scales = lax.bitcast_convert_type(scales, jnp.float8_e4m3fn)
       if data.shape[-1] % 2 == 0:
         data = mx_pack.pack(data, 4)
     else:  # "mx"
@@ -223,10 +229,8 @@ class Gathered:
       codes = self.data
       if codes.shape[-1] != self._k():
         codes = mx_pack.unpack(codes, 4)
-      codes = lax.bitcast_convert_type(codes.astype(jnp.uint4),
-                                       jnp.float4_e2m1fn)
-      v = nvfp4.dequantize(codes, self.scales, self.tensor_scale,
-                           block=q.block)
+      v = nvfp4.dequantize(elements.element_values(codes, _NVFP4),
+                           self.scales, self.tensor_scale, block=q.block)
     else:
       fmt = get_mx_format(q.format)
       v = mx_quantize.dequantize_blocks(
