@@ -96,9 +96,9 @@ def view_spec(spec: PartitionSpec, ndim: int, batch: Sequence[int],
   in the merged dim).
 
   >>> from jax.sharding import PartitionSpec as P
-  >>> view_spec(P("data", None), 2, (), (0,))  # w (K, N) -> view (N, K)
-  PartitionSpec(None, 'data')
-  >>> view_spec(P(None, "model", None), 3, (), (0,)) is None
+  >>> view_spec(P("data", None), 2, (), (0,)) == P(None, "data")  # (N, K)
+  True
+  >>> view_spec(P(None, None, "model"), 3, (), (0,)) is None
   True
   """
   entries = list(spec) + [None] * (ndim - len(spec))
