@@ -16,7 +16,10 @@ and one process of four devices runs the same (tests/multiprocess.py):
 fp8_delayed runs two steps, the second scaled by the amaxes the first
 recorded, and its state is compared too. Values are equal bit for bit but
 where a sum crosses devices (gloo's all-reduce adds partial products in its
-own order): there within float32 rounding of the sum.
+own order): there within float32 rounding of the sum. The one-process run
+also runs each recipe with every array whole (``none``): every layout gives
+those unsharded numbers, to the same rounding of sums across devices (so a
+quantization that read a shard for the whole tensor would fail).
 
 Every recipe runs ``tp_row``, the layout that communicates most (the
 contracting dim split: amaxes reduced and partial products summed across
@@ -69,16 +72,20 @@ LAYOUTS = {  # mesh shape and axis names; specs of x, w and the cotangent
     "tp_row": ((2, 2), ("data", "model"), P("data", "model"),
                P("model", None), P("data"), None),
 }
+if PROCESSES == 1:  # the unsharded reference
+  LAYOUTS["none"] = ((4,), ("data",), P(), P(), P(), None)
 DIMS = (((1,), (0,)), ((), ()))
 out = {}
 cases = json.loads(os.environ["JAXFP8_TEST_CASES"])
+names = sorted({n for _, n in cases})
 for layout, (shape, axes, *specs, gathered) in LAYOUTS.items():
   mesh = Mesh(devices.reshape(shape), axes)
   gathered = None if gathered is None else NamedSharding(mesh, gathered)
   x, w, c = (jax.make_array_from_callback(a.shape, NamedSharding(mesh, s),
                                           lambda i, a=a: a[i])
              for a, s in zip((X, W, C), specs))
-  for name in [n for l, n in cases if l == layout]:
+  for name in names if layout == "none" else [n for l, n in cases
+                                              if l == layout]:
     def loss(x, w, state, c, name=name):
       y = recipes.dot_general(x, w, DIMS, recipe=name, key=jax.random.key(3),
                               state=state, rhs_sharding=gathered)
@@ -109,8 +116,9 @@ def runs(tmp_path_factory):
   one = multiprocess.run_one(_CHILD, timeout=420, env={
       "JAXFP8_TEST_OUT": str(d / "one.npz"), "JAXFP8_TEST_CASES": cases})
   assert [r["process"] for r in two] == [0, 1]
-  assert two[0]["entries"] == one["entries"]
-  return np.load(d / "two.npz"), np.load(d / "one.npz")
+  two, one = np.load(d / "two.npz"), np.load(d / "one.npz")
+  assert set(two.files) == {k for k in one.files if "none/" not in k}
+  return two, one
 
 
 @pytest.mark.parametrize("layout,name", _CASES)
@@ -131,6 +139,20 @@ def test_two_processes_equal_one(runs, layout, name):
     np.testing.assert_allclose(a, b, rtol=0, atol=4e-6 * scale, err_msg=k)
     moved = max(moved, scale)
   assert moved > 0, f"{layout}/{name}: every result is zero"
+
+
+@pytest.mark.parametrize("layout,name", _CASES)
+def test_every_layout_gives_the_unsharded_numbers(runs, layout, name):
+  _, one = runs
+  keys = [k for k in one.files if k.startswith(f"{layout}/{name}/")]
+  assert len(keys) >= 3, keys
+  for k in keys:
+    a, b = one[k], one[k.replace(f"{layout}/", "none/", 1)]
+    assert a.shape == b.shape and a.dtype == b.dtype, k
+    scale = float(np.max(np.abs(b), initial=0.0))
+    # Sums across devices (the partial products of a split contracting
+    # dim, the weight gradient of a split batch) in another order.
+    np.testing.assert_allclose(a, b, rtol=0, atol=4e-6 * scale, err_msg=k)
 
 
 @pytest.mark.parametrize("layout,name", [c for c in _CASES
