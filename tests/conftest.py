@@ -39,6 +39,7 @@ hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jaxfp8"))
 # alone on one of them while the other is idle.
 _LONG_FIRST = (
     "tests/recipes/test_recipes_across_processes.py",
+    "tests/recipes/test_gather.py::test_fsdp_step",
     "tests/es/test_es_across_processes.py",
     "tests/test_checkpoint_across_processes.py",
     "tests/test_multiprocess.py",
