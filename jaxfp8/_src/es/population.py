@@ -236,7 +236,10 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   memory is the population (twice, for native fp8) plus one block's scratch:
   block ``t`` is that draw with the key ``jax.random.fold_in(key, t)`` and
   holds rows ``t, t + steps, ...`` of the half. Under a population-sharded
-  ``jit`` each device draws only its own rows.
+  ``jit`` only the ``"cast"`` method draws each device's rows on that
+  device; the exact method pools its random bytes across the whole draw
+  and the table method draws in a lane-major layout, so XLA moves the
+  population between devices (docs/scaling_out.md has the bytes).
 
   Args:
     key: a PRNG key.
