@@ -35,10 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 # The transformer (ByteLM, make_step, the corpus) comes from its example.
@@ -78,16 +75,11 @@ def _parser() -> argparse.ArgumentParser:
   return p
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def launch_local(args, argv: list[str]) -> int:
   """Starts ``--processes`` local processes of this script, joined at a
   free local port; prints process 0's output; fails fast if one fails."""
-  port = _free_port()
+  from jaxfp8.tools import launch  # pylint: disable=g-import-not-at-top
+  port = launch.free_port()
   rest = []
   skip = False
   for a in argv:  # this script's arguments less the launcher's own
@@ -100,44 +92,24 @@ def launch_local(args, argv: list[str]) -> int:
     if a.startswith(("--processes=", "--local-devices=", "--timeout=")):
       continue
     rest.append(a)
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform"
-                      f"_device_count={args.local_devices}")
-  procs, logs = [], []
-  for i in range(args.processes):
-    cmd = [sys.executable, os.path.abspath(__file__), *rest,
-           "--coordinator", f"127.0.0.1:{port}",
-           "--num-processes", str(args.processes), "--process-id", str(i)]
-    # The others' output goes to files, not pipes: a pipe nobody reads
-    # while they run would block a process that fills it.
-    logs.append(None if i == 0 else tempfile.TemporaryFile("w+"))
-    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[i],
-                                  stderr=None if i == 0
-                                  else subprocess.STDOUT,
-                                  text=True))
-  deadline = time.monotonic() + args.timeout
-  try:
-    while any(p.poll() is None for p in procs):
-      bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-      if bad or time.monotonic() > deadline:
-        what = (f"process {bad[0]} exited with code {procs[bad[0]].returncode}"
-                if bad else f"no result within {args.timeout:.0f} s")
-        print(f"scale_out: {what}; stopping the others", file=sys.stderr)
-        return 1
-      time.sleep(0.1)
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-    for i, (p, log) in enumerate(zip(procs, logs)):
-      p.wait()
-      if log is not None:
-        log.seek(0)
-        out = log.read()
-        log.close()
-        if p.returncode and out:
-          print(f"--- process {i} ---\n{out[-3000:]}", file=sys.stderr)
-  return max(p.returncode for p in procs)
+  env = launch.cpu_env(args.local_devices)
+  commands = [[sys.executable, os.path.abspath(__file__), *rest,
+               "--coordinator", f"127.0.0.1:{port}",
+               "--num-processes", str(args.processes), "--process-id", str(i)]
+              for i in range(args.processes)]
+  # Process 0 prints as it goes; the others' output is shown if they fail.
+  done = launch.launch(commands, [env] * args.processes,
+                       timeout=args.timeout, first_to_terminal=True)
+  if not done.ok:
+    what = (f"process {done.failed} exited with code "
+            f"{done.returncodes[done.failed]}" if done.failed is not None
+            else f"no result within {args.timeout:.0f} s")
+    print(f"scale_out: {what}; stopped the others", file=sys.stderr)
+    for i, out in enumerate(done.outputs):
+      if out and done.returncodes[i]:
+        print(f"--- process {i} ---\n{out[-3000:]}", file=sys.stderr)
+    return 1
+  return 0
 
 
 def join(args) -> None:

@@ -9,21 +9,20 @@ equal. The code sees ``PROCESSES`` (its count) and runs after JAX is joined,
 so ``jax.devices()`` is the global list in both.
 
 A process that fails or exits makes the others wait in a collective, so
-:func:`run` watches them all: the first to exit non-zero, or the deadline,
-kills the rest and fails the test with each process's last output.
+:func:`run` watches them all (:func:`jaxfp8.tools.launch.launch`): the first
+to exit non-zero, or the deadline, kills the rest and fails the test with
+each process's last output.
 """
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 
 import pytest
+
+from jaxfp8.tools import launch
 
 _PREAMBLE = textwrap.dedent(r"""
     import json, os, sys, traceback
@@ -51,20 +50,9 @@ _PREAMBLE = textwrap.dedent(r"""
 """)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _env(processes: int, local_devices: int, **extra: str) -> dict[str, str]:
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             JAXFP8_TEST_PROCESSES=str(processes), **extra)
-  env["XLA_FLAGS"] = " ".join(
-      [f for f in env.get("XLA_FLAGS", "").split()
-       if not f.startswith("--xla_force_host_platform_device_count")]
-      + [f"--xla_force_host_platform_device_count={local_devices}"])
-  return env
+  return launch.cpu_env(local_devices, JAXFP8_TEST_PROCESSES=str(processes),
+                        **extra)
 
 
 def _result(out: str, what: str) -> dict:
@@ -84,46 +72,20 @@ def run(code: str, *, processes: int = 2, local_devices: int = 2,
   environment variables (where to write files, say). Fails the test (never
   hangs) when a process exits non-zero or the deadline passes.
   """
-  port = _free_port()
-  logs, procs = [], []
-  for i in range(processes):
-    log = tempfile.TemporaryFile("w+")
-    child_env = _env(processes, local_devices, **(env or {}),
-                     JAXFP8_TEST_COORDINATOR=f"127.0.0.1:{port}",
-                     JAXFP8_TEST_PROCESS_ID=str(i))
-    procs.append(subprocess.Popen(
-        [sys.executable, "-c", _PREAMBLE + textwrap.dedent(code)],
-        env=child_env,
-        stdout=log, stderr=subprocess.STDOUT, text=True))
-    logs.append(log)
-  deadline = time.monotonic() + timeout
-  failed, timed_out = None, False
-  try:
-    while any(p.poll() is None for p in procs):
-      failed = next((i for i, p in enumerate(procs)
-                     if p.poll() not in (None, 0)), None)
-      timed_out = time.monotonic() > deadline
-      if failed is not None or timed_out:
-        break
-      time.sleep(0.05)
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-    for p in procs:
-      p.wait()
-  outs = []
-  for log in logs:
-    log.seek(0)
-    outs.append(log.read())
-    log.close()
-  if failed is None and not timed_out:
-    failed = next((i for i, p in enumerate(procs) if p.returncode), None)
-  if failed is not None:
-    pytest.fail(f"process {failed} of {processes} exited with code "
-                f"{procs[failed].returncode} (the others were killed); its "
-                f"output ends:\n{outs[failed][-3000:]}")
-  if timed_out:
+  port = launch.free_port()
+  command = [sys.executable, "-c", _PREAMBLE + textwrap.dedent(code)]
+  done = launch.launch(
+      [command] * processes,
+      [_env(processes, local_devices, **(env or {}),
+            JAXFP8_TEST_COORDINATOR=f"127.0.0.1:{port}",
+            JAXFP8_TEST_PROCESS_ID=str(i)) for i in range(processes)],
+      timeout=timeout)
+  outs = done.outputs
+  if done.failed is not None:
+    pytest.fail(f"process {done.failed} of {processes} exited with code "
+                f"{done.returncodes[done.failed]} (the others were killed); "
+                f"its output ends:\n{outs[done.failed][-3000:]}")
+  if done.timed_out:
     tails = "\n".join(f"--- process {i} ---\n{o[-1500:]}"
                       for i, o in enumerate(outs))
     pytest.fail(f"{processes} processes did not finish within {timeout} s "
