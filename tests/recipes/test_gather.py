@@ -139,8 +139,7 @@ def test_training_step_with_rhs_sharding_equals_the_step_without(name):
 
 def test_rhs_sharding_as_a_spec_resolves_by_the_mesh_in_context():
   x, w = jnp.ones((4, 64)), jnp.full((64, 8), 0.5)
-  with jax.sharding.use_mesh(_MESH) if hasattr(jax.sharding, "use_mesh") \
-      else _MESH:
+  with jax.set_mesh(_MESH):
     y = jax.jit(lambda x, w: recipes.dot_general(
         x, w, _DIMS, recipe="fp8_blockwise", rhs_sharding=P()))(x, w)
   np.testing.assert_array_equal(np.asarray(y), np.full((4, 8), 32.0))
