@@ -137,6 +137,35 @@ def test_training_step_with_rhs_sharding_equals_the_step_without(name):
   np.testing.assert_allclose(float(v_got), float(v_want), rtol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["fp8_current", "nvfp4"])
+def test_rhs_sharding_under_scan_and_vmap_over_layers(name):
+  # Stacked layers, as scanned models keep them: the constraint applies to
+  # each layer's weight inside the loop body, and under vmap.
+  rng = np.random.default_rng(4)
+  ws = jnp.asarray(rng.standard_normal((3, 64, 64)) / 8, jnp.float32)
+  x = jnp.asarray(rng.standard_normal((32, 64)), jnp.float32)
+  key = jax.random.key(2)
+
+  def loss(ws, rhs_sharding):
+    def body(h, w):
+      return jax.nn.gelu(recipes.dot_general(
+          h, w, _DIMS, recipe=name, key=key, rhs_sharding=rhs_sharding)), None
+    return jnp.sum(jax.lax.scan(body, x, ws)[0] ** 2)
+
+  grads = jax.jit(lambda ws: [jax.grad(loss)(ws, s) for s in (_WHOLE, None)])
+  got, want = grads(ws)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=2e-6 * float(jnp.max(jnp.abs(want))))
+  per_layer = jax.jit(jax.vmap(lambda w: recipes.dot_general(
+      x, w, _DIMS, recipe=name, key=key, rhs_sharding=_WHOLE)))(ws)
+  assert per_layer.shape == (3, 32, 64)
+  one = jax.jit(lambda w: recipes.dot_general(x, w, _DIMS, recipe=name,
+                                              key=key))(ws[1])
+  # A batched dot against a plain one: float32 sums in another order.
+  np.testing.assert_allclose(np.asarray(per_layer[1]), np.asarray(one),
+                             rtol=0, atol=2e-6 * float(jnp.max(jnp.abs(one))))
+
+
 def test_rhs_sharding_as_a_spec_resolves_by_the_mesh_in_context():
   x, w = jnp.ones((4, 64)), jnp.full((64, 8), 0.5)
   with jax.set_mesh(_MESH):
