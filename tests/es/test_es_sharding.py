@@ -93,6 +93,52 @@ _CHILD = textwrap.dedent(r"""
     b = jax.jit(lambda s, k: generation(s, k, False))(state, key)
     out["OpenAIES/tell"] = {"max_abs_diff": float(jnp.max(jnp.abs(a - b))),
                             "moved": float(jnp.max(jnp.abs(b)))}
+
+    # Drawn where it lives (sharding=): each shard its own population of
+    # fold_in(key, s), for every method; nothing crosses devices.
+    from jaxfp8.tools.collectives import collective_bytes
+    for fmt, method in [("float8_e4m3fn", "exact"), ("float8_e4m3fn", "table"),
+                        ("float8_e4m3fn", "cast"), ("float6_e2m3fn", "exact"),
+                        ("float32", None)]:
+      fn = lambda k: es.perturbations(k, POP, (N,), fmt, method=method,
+                                      sharding=rows)
+      compiled = jax.jit(fn).lower(key).compile()
+      got = compiled(key)
+      own = [es.perturbations(jax.random.fold_in(key, s), POP // 4, (N,),
+                              fmt, method=method) for s in range(4)]
+      out[f"per-shard/{fmt}/{method}"] = {
+          "moved": sum(collective_bytes(compiled).values()),
+          "equal": all(np.array_equal(codes(got)[s * (POP // 4):
+                                                (s + 1) * (POP // 4)],
+                                      codes(o)) for s, o in enumerate(own)),
+          "shards": sorted({tuple(x.data.shape)
+                            for x in leaves(got)[0].addressable_shards}),
+          "eager_equal": bool(np.array_equal(codes(fn(key)), codes(got))),
+      }
+    # A generation with the population drawn where it lives: the fitness
+    # is gathered (ranks), the update all-reduced, nothing else moves.
+    opt = es.OpenAIES(POP, optax.sgd(1.0), sigma=0.1, dtype="e4m3",
+                      sharding=rows)
+    def generation(state, k):
+      eps = opt.ask(k, state)
+      loss = jnp.sum((opt.candidates(state, eps) - 0.5) ** 2, axis=1)
+      return opt.tell(state, eps, loss).mean, eps, loss
+    compiled = jax.jit(generation).lower(state, key).compile()
+    mean, eps, loss = compiled(state, key)
+    # sgd(1) moves the mean by sum_i w_i eps_i / (POP sigma): in float64
+    # over the whole population (no pairing shortcut), centered ranks.
+    loss, eps = np.asarray(loss), np.asarray(eps, np.float64)
+    w = np.argsort(np.argsort(-loss, kind="stable"), kind="stable") / (
+        POP - 1) - 0.5
+    want = w @ eps / (POP * 0.1)
+    q = POP // 4
+    out["OpenAIES/sharding"] = {
+        "bytes": collective_bytes(compiled),
+        "error": float(np.max(np.abs(np.asarray(mean) - want))),
+        "moved": float(np.max(np.abs(want))),
+        "pairs": all(np.array_equal(eps[s * q + q // 2:(s + 1) * q],
+                                    -eps[s * q:s * q + q // 2])
+                     for s in range(4))}
     print("RESULT " + json.dumps(out))
 """)
 
@@ -126,6 +172,30 @@ def test_no_device_materializes_the_population(results, case):
   # (which is larger than any sampler table: 2^17 > 2^16 entries).
   r = results[case]
   assert r["largest"] <= POP * N // 4, r
+
+
+@pytest.mark.parametrize("case", ["float8_e4m3fn/exact", "float8_e4m3fn/table",
+                                  "float8_e4m3fn/cast", "float6_e2m3fn/exact",
+                                  "float32/None"])
+def test_population_drawn_where_it_lives(results, case):
+  r = results[f"per-shard/{case}"]
+  assert r["moved"] == 0, r  # no collective at all, whatever the method
+  assert r["equal"] and r["eager_equal"], r
+  assert r["shards"] == [[POP // 4, N]], r
+
+
+def test_es_generation_drawn_where_it_lives_moves_only_fitness_and_update(
+    results):
+  r = results["OpenAIES/sharding"]
+  moved = {k: v for k, v in r["bytes"].items() if v}
+  # The fitness for the ranks (POP floats) and the update (N floats).
+  assert set(moved) <= {"all-gather", "all-reduce"}, moved
+  assert moved.get("all-gather", 0) <= 4 * POP * 4, moved
+  assert moved["all-reduce"] <= 4 * N + 64, moved
+  # The float64 update over the whole population (in the child), and the
+  # antithetic pairs within each shard's rows.
+  assert r["moved"] > 0.1 and r["error"] <= 1e-5 * r["moved"], r
+  assert r["pairs"], r
 
 
 def test_sharded_es_generation_matches(results):

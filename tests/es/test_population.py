@@ -212,6 +212,65 @@ def test_sample_population_stochastic_is_unbiased(fmt):
   assert np.any(v != _values(jaxfp8.cast(x, fmt)))  # not nearest in disguise
 
 
+def test_sharding_on_one_device_is_the_shard_draw_and_bad_ones_fail():
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
+  key = jax.random.key(4)
+  mesh = Mesh(np.array(jax.devices()[:1]), ("pop",))
+  rows = NamedSharding(mesh, P("pop"))
+  for sharding in (rows, NamedSharding(mesh, P())):  # split or not: 1 shard
+    got = es.perturbations(key, 8, (5,), "e4m3", sharding=sharding)
+    want = es.perturbations(jax.random.fold_in(key, 0), 8, (5,), "e4m3")
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                  np.asarray(want).view(np.uint8))
+  with pytest.raises(TypeError, match="`sharding` argument to "
+                     "`perturbations` must be None or a jax.sharding."
+                     "NamedSharding, got P"):
+    es.perturbations(key, 8, 5, "e4m3", sharding=P("pop"))
+  with pytest.raises(ValueError, match="may split the rows \\(members\\) "
+                     "only"):
+    es.perturbations(key, 8, 5, "e4m3",
+                     sharding=NamedSharding(mesh, P(None, "pop")))
+  two = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("a", "b"))
+  with pytest.raises(ValueError, match="may split the rows"):
+    es.perturbations(key, 8, (5, 2), "e4m3",
+                     sharding=NamedSharding(two, P("a", None, "b")))
+  with pytest.raises(ValueError, match="`sharding` argument to `OpenAIES`"):
+    es.OpenAIES(8, optax.sgd(0.1), sharding=NamedSharding(mesh, P(None, "pop")))
+  with pytest.raises(TypeError, match="`sharding` argument to `OpenAIES`"):
+    es.OpenAIES(8, optax.sgd(0.1), sharding="pop")
+
+
+def test_sharding_needs_whole_populations_per_shard():
+  # Checked before any device is touched: the count comes from the mesh.
+  class FakeMesh:  # a 4-device mesh's shape, on a 1-device machine
+    shape = {"pop": 4}
+  with pytest.raises(ValueError, match="4 shards of the rows need a popsize "
+                     "that is a multiple of 8 \\(even populations of their "
+                     "own\\), got 12"):
+    es_lib.check_sharding(_Sharding(FakeMesh(), ("pop",)), 12, True,
+                          "perturbations")
+  with pytest.raises(ValueError, match="multiple of 4 \\(populations"):
+    es_lib.check_sharding(_Sharding(FakeMesh(), ("pop",)), 6, False,
+                          "perturbations")
+  assert es_lib.check_sharding(_Sharding(FakeMesh(), ("pop",)), 8, True,
+                               "perturbations")[1] == 4
+
+
+class _Sharding(jax.sharding.NamedSharding):
+  """A NamedSharding's mesh and spec, without devices behind them."""
+
+  def __init__(self, mesh, spec):  # pylint: disable=super-init-not-called
+    self._fake = (mesh, jax.sharding.PartitionSpec(*spec))
+
+  @property
+  def mesh(self):
+    return self._fake[0]
+
+  @property
+  def spec(self):
+    return self._fake[1]
+
+
 def test_sample_population_errors():
   key = jax.random.key(0)
   with pytest.raises(ValueError, match="`sigma`.*broadcast"):

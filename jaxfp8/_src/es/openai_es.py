@@ -19,6 +19,7 @@ import numpy as np
 from jaxfp8._src import compat
 from jaxfp8._src.es.population import check_method
 from jaxfp8._src.es.population import check_popsize
+from jaxfp8._src.es.population import check_sharding
 from jaxfp8._src.es.population import perturbations
 from jaxfp8._src.es.population import Population
 from jaxfp8._src.es.population import population_format
@@ -89,6 +90,12 @@ class OpenAIES:
     sigma_decay: sigma is multiplied by this after every ``tell`` ...
     sigma_min: ... but not below this.
     maximize: if False (default), ``fitness`` is a loss to minimize.
+    sharding: a ``NamedSharding`` splitting the members over devices, for a
+      population drawn where it lives (:func:`perturbations`' ``sharding``:
+      each shard its own draw and antithetic pairs); ``tell`` then pairs
+      members within each shard, so a generation moves only the fitness
+      ranks' inputs and the update's all-reduce. None (default): one
+      population, however it is sharded.
 
   >>> import jax, jax.numpy as jnp, optax, jaxfp8
   >>> es = jaxfp8.es.OpenAIES(popsize=64, optimizer=optax.adam(0.1),
@@ -112,12 +119,14 @@ class OpenAIES:
   sigma_decay: float = 1.0
   sigma_min: float = 0.0
   maximize: bool = False
+  sharding: Any = None
 
   def __post_init__(self):
     fn = "OpenAIES"
     for arg in ("antithetic", "maximize"):
       validate.check_bool(getattr(self, arg), arg, fn)
     check_popsize(self.popsize, self.antithetic, fn)
+    check_sharding(self.sharding, self.popsize, self.antithetic, fn)
     if self.popsize < 2:
       raise ValueError(f"`popsize` argument to `{fn}` must be at least 2, got "
                        f"{self.popsize}")
@@ -158,7 +167,8 @@ class OpenAIES:
   def ask(self, key: jax.Array, state: ESState) -> Population:
     """The perturbations of a new population: ``(popsize, *mean.shape)``."""
     return perturbations(key, self.popsize, state.mean.shape, self.dtype,
-                         antithetic=self.antithetic, method=self.method)
+                         antithetic=self.antithetic, method=self.method,
+                         sharding=self.sharding)
 
   def candidates(self, state: ESState, population: Population) -> jax.Array:
     """The candidates ``mean + sigma * eps`` in float32 (rows, or one row)."""
@@ -178,9 +188,17 @@ class OpenAIES:
                        f"({self.popsize},), got {fitness.shape}")
     w = centered_rank(fitness if self.maximize else -fitness)
     eps = population
-    if self.antithetic:  # eps[h + i] == -eps[i] exactly
+    shards = check_sharding(self.sharding, self.popsize, self.antithetic,
+                            "OpenAIES")[1]
+    if self.antithetic and shards == 1:  # eps[h + i] == -eps[i] exactly
       h = self.popsize // 2
       w, eps = w[:h] - w[h:], population[:h]
+    elif self.antithetic:  # the same within each shard's rows
+      h = self.popsize // shards // 2
+      w = w.reshape(shards, 2, h)
+      w = (w[:, 0] - w[:, 1]).reshape(-1)
+      eps = as_float32(population).reshape(shards, 2, h, *state.mean.shape)
+      eps = eps[:, 0].reshape(shards * h, *state.mean.shape)
     ascent = jnp.tensordot(w, as_float32(eps), axes=1)
     grad = -ascent / (self.popsize * state.sigma)
     updates, opt_state = self.optimizer.update(grad, state.opt_state,

@@ -20,9 +20,14 @@ population is one draw with ``key`` itself.
 Sharding: which rows a block holds, and its key, depend only on the popsize
 and the member shape, never on the devices. JAX's partitionable threefry (the
 default since JAX 0.5) makes every random bit a function of the key and its
-position, so under ``jax.jit`` with a population-axis ``NamedSharding`` each
-device draws only its own rows of every block (rows ``t + steps * b`` are
-spread over the devices by ``b``), and the values equal a single device's.
+position, so under ``jax.jit`` with a population-axis ``NamedSharding`` the
+values equal a single device's. What moves between devices depends on the
+method: the ``"cast"`` method draws each device's rows on that device; the
+exact method ranks its pooled random bytes over the whole draw and the
+table method draws in a lane-major layout, so XLA moves population rows
+between devices. ``perturbations(..., sharding=...)`` draws each shard's
+rows on its own devices instead (its own key, its own antithetic pairs):
+nothing moves, and the population depends on the shard count.
 """
 from __future__ import annotations
 
@@ -223,9 +228,61 @@ def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
   return codes_lib.from_codes(out, fmt)
 
 
+def check_sharding(sharding: Any, popsize: int, antithetic: bool,
+                   fn: str) -> tuple[Any, int]:
+  """``(sharding, shards)`` of a population's ``sharding`` argument: None
+  (one shard), or a ``NamedSharding`` splitting only the rows (axis 0) into
+  ``shards`` that each hold a whole population of their own (an even one
+  when antithetic); else TypeError/ValueError."""
+  if sharding is None:
+    return None, 1
+  if not isinstance(sharding, jax.sharding.NamedSharding):
+    raise TypeError(f"`sharding` argument to `{fn}` must be None or a "
+                    f"jax.sharding.NamedSharding, got "
+                    f"{type(sharding).__name__}")
+  spec = tuple(sharding.spec)
+  if any(e is not None for e in spec[1:]):
+    raise ValueError(f"`sharding` argument to `{fn}` may split the rows "
+                     f"(members) only, got the spec {sharding.spec}")
+  axes = spec[0] if spec else None
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  shards = int(np.prod([sharding.mesh.shape[a] for a in axes],
+                       dtype=np.int64))
+  per = 2 if antithetic else 1
+  if popsize % (shards * per):
+    raise ValueError(f"`sharding` argument to `{fn}`: {shards} shards of "
+                     f"the rows need a popsize that is a multiple of "
+                     f"{shards * per} ({'even ' if antithetic else ''}"
+                     f"populations of their own), got {popsize}")
+  return sharding, shards
+
+
+def _row_axes(sharding: Any):
+  spec = tuple(sharding.spec)
+  return spec[0] if spec else None
+
+
+def _per_shard(draw, key: jax.Array, sharding: Any):
+  """``draw(key_s)`` on each shard ``s`` of the rows, with ``key_s =
+  fold_in(key, s)``, concatenated by shard: nothing crosses devices."""
+  axes = _row_axes(sharding)
+  if axes is None:  # one shard: rows not split
+    return jax.lax.with_sharding_constraint(
+        draw(jax.random.fold_in(key, 0)), sharding)
+
+  def local(key):
+    return draw(jax.random.fold_in(key, jax.lax.axis_index(axes)))
+
+  return jax.shard_map(local, mesh=sharding.mesh,
+                       in_specs=jax.sharding.PartitionSpec(),
+                       out_specs=jax.sharding.PartitionSpec(axes),
+                       check_vma=False)(key)
+
+
 def perturbations(key: jax.Array, popsize: int, shape: Any,
                   dtype: Any = jnp.float8_e4m3fn, *, antithetic: bool = True,
-                  method: str | None = None) -> Population:
+                  method: str | None = None,
+                  sharding: Any = None) -> Population:
   """Draws a population of standard normal perturbations in a narrow format.
 
   Without antithetic sampling this is ``jaxfp8.random.normal(key, (popsize,
@@ -253,15 +310,27 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
       cancels the even terms of the gradient estimate.
     method: the :func:`jaxfp8.random.normal` method for narrow formats
       (``"exact"``, ``"table"``, ``"cast"``; None for its default).
+    sharding: a ``NamedSharding`` splitting the rows over ``S`` shards
+      (its spec's first entry: mesh axes; the other entries None), for a
+      population drawn where it lives: shard ``s`` holds rows ``[s * n,
+      (s + 1) * n)``, ``n = popsize // S``, which are ``perturbations(
+      fold_in(key, s), n, shape, dtype, ...)`` (with antithetic sampling its
+      own pairs: its rows ``n // 2 + i`` negate its rows ``i``). No data
+      moves between devices, whatever the method; the population depends
+      on ``S`` (each entry still follows the method's law). None (default):
+      one population by the rules above, however the caller shards it.
 
   Returns:
     An array of shape ``(popsize, *shape)`` in ``dtype`` (a
     :class:`jaxfp8.CodeArray` for formats XLA can't hold, such as float6).
 
   Raises:
-    TypeError: for a bad key, popsize, shape or antithetic (not a bool).
+    TypeError: for a bad key, popsize, shape, antithetic (not a bool) or
+      sharding.
     ValueError: for an odd popsize with antithetic=True, an unsigned format
-      (E8M0), an unknown format or method, or a method with a wide dtype.
+      (E8M0), an unknown format or method, a method with a wide dtype, a
+      sharding that splits a member's axes, or a popsize its shards don't
+      divide into (even) populations.
 
   >>> import jax, jaxfp8
   >>> eps = jaxfp8.es.perturbations(jax.random.key(0), 4, (3,), "e4m3")
@@ -276,9 +345,15 @@ def perturbations(key: jax.Array, popsize: int, shape: Any,
   popsize = check_popsize(popsize, antithetic, fn)
   shape = validate.check_shape(shape, fn)
   fmt = population_format(dtype, fn)
-  return _perturbations_jit(key, popsize, shape, fmt.name, antithetic,
-                            check_method(method, fmt, fn),
-                            _block(popsize, shape, fmt, antithetic))
+  method_key = check_method(method, fmt, fn)
+  sharding, shards = check_sharding(sharding, popsize, antithetic, fn)
+  n = popsize // shards
+  block = _block(n, shape, fmt, antithetic)
+  draw = lambda k: _perturbations_jit(k, n, shape, fmt.name, antithetic,
+                                      method_key, block)
+  if sharding is None:
+    return draw(key)
+  return _per_shard(draw, key, sharding)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8))
