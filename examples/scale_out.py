@@ -12,7 +12,7 @@ recipe it prints the loss of the last step and what the step communicates,
 read from its compiled program (``jaxfp8.tools.collectives``): the bytes of
 the all-gathers and the ratio to the same step with float32 GEMMs
 (``gather_ratio``). Then one OpenAI-ES generation in float8 with the
-population split over all devices.
+population split over all devices, each device drawing its own members.
 
 One process per host, joined by JAX's distributed runtime
 (``jax.distributed.initialize``); on CPU its collectives are gloo's::
@@ -198,13 +198,15 @@ def es_generation(mesh):
   from jaxfp8.tools.collectives import collective_bytes  # pylint: disable=g-import-not-at-top
 
   popsize, dims = 16 * mesh.devices.size, 4096
-  opt = es.OpenAIES(popsize, optax.adam(0.05), sigma=0.1, dtype="e4m3")
+  # Each device draws its own members (its own key and antithetic pairs):
+  # only the fitness and the update's all-reduce cross devices.
   rows = NamedSharding(mesh, P("data"))
+  opt = es.OpenAIES(popsize, optax.adam(0.05), sigma=0.1, dtype="e4m3",
+                    sharding=rows)
 
   def generation():
     state = opt.init(jnp.full(dims, 0.5))
-    eps = jax.lax.with_sharding_constraint(opt.ask(jax.random.key(1), state),
-                                           rows)
+    eps = opt.ask(jax.random.key(1), state)
     fitness = jnp.sum(opt.candidates(state, eps) ** 2, axis=1)
     new = opt.tell(state, eps, fitness)
     return jnp.mean(fitness), jnp.max(jnp.abs(new.mean - state.mean))

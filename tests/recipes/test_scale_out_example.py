@@ -40,10 +40,16 @@ def test_two_processes_train_and_evolve():
   # 2 steps (the first at learning rate 0) from near-uniform guesses over
   # 256 bytes (log 256 = 5.55 nats)
   assert math.isfinite(loss) and 4.0 < loss < 7.0, out
-  assert ratio > 0, out
+  # The recipe's kernels travel as fp8 codes: under float32's bytes.
+  assert 0 < ratio < 1.0, out
   es = re.search(r"^es popsize=64 dims=4096 dtype=float8_e4m3fn "
-                 r"fitness_mean=(\S+) mean_moved=(\S+) ", out, re.M)
+                 r"fitness_mean=(\S+) mean_moved=(\S+) all_reduce_kb=(\S+) "
+                 r"all_gather_kb=(\S+) all_to_all_kb=(\S+) permute_kb=(\S+)",
+                 out, re.M)
   assert es and float(es.group(2)) > 0, out
+  # Each device drew its own members: only the fitness and the update move.
+  assert float(es.group(5)) == 0 and float(es.group(6)) == 0, out
+  assert float(es.group(4)) < 1.0 and float(es.group(3)) <= 16.5, out
   # Only process 0 prints.
   assert out.count("recipe=fp8_current") == 1, out
 
