@@ -228,6 +228,12 @@ def _perturbations_jit(key, popsize: int, shape: tuple[int, ...],
   return codes_lib.from_codes(out, fmt)
 
 
+def _row_axes(sharding: Any):
+  """The mesh axes a sharding splits the rows over (None: not split)."""
+  spec = tuple(sharding.spec)
+  return spec[0] if spec else None
+
+
 def check_sharding(sharding: Any, popsize: int, antithetic: bool,
                    fn: str) -> tuple[Any, int]:
   """``(sharding, shards)`` of a population's ``sharding`` argument: None
@@ -240,11 +246,10 @@ def check_sharding(sharding: Any, popsize: int, antithetic: bool,
     raise TypeError(f"`sharding` argument to `{fn}` must be None or a "
                     f"jax.sharding.NamedSharding, got "
                     f"{type(sharding).__name__}")
-  spec = tuple(sharding.spec)
-  if any(e is not None for e in spec[1:]):
+  if any(e is not None for e in tuple(sharding.spec)[1:]):
     raise ValueError(f"`sharding` argument to `{fn}` may split the rows "
                      f"(members) only, got the spec {sharding.spec}")
-  axes = spec[0] if spec else None
+  axes = _row_axes(sharding)
   axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
   shards = int(np.prod([sharding.mesh.shape[a] for a in axes],
                        dtype=np.int64))
@@ -255,11 +260,6 @@ def check_sharding(sharding: Any, popsize: int, antithetic: bool,
                      f"{shards * per} ({'even ' if antithetic else ''}"
                      f"populations of their own), got {popsize}")
   return sharding, shards
-
-
-def _row_axes(sharding: Any):
-  spec = tuple(sharding.spec)
-  return spec[0] if spec else None
 
 
 def _per_shard(draw, key: jax.Array, sharding: Any):
