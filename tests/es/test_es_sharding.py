@@ -115,6 +115,26 @@ _CHILD = textwrap.dedent(r"""
                             for x in leaves(got)[0].addressable_shards}),
           "eager_equal": bool(np.array_equal(codes(fn(key)), codes(got))),
       }
+    mean = jnp.linspace(-1.0, 1.0, N)
+    for fmt in ("float8_e4m3fn", "float6_e2m3fn"):
+      fn = lambda k, m: es.sample_population(k, m, 0.1, POP, fmt,
+                                             rounding="stochastic",
+                                             sharding=rows)
+      compiled = jax.jit(fn).lower(key, mean).compile()
+      got = compiled(key, mean)
+      own = [es.sample_population(jax.random.fold_in(key, s), mean, 0.1,
+                                  POP // 4, fmt, rounding="stochastic")
+             for s in range(4)]
+      out[f"per-shard/sample_population/{fmt}"] = {
+          "moved": sum(collective_bytes(compiled).values()),
+          "equal": all(np.array_equal(codes(got)[s * (POP // 4):
+                                                (s + 1) * (POP // 4)],
+                                      codes(o)) for s, o in enumerate(own)),
+          "shards": sorted({tuple(x.data.shape)
+                            for x in leaves(got)[0].addressable_shards}),
+          "eager_equal": bool(np.array_equal(codes(fn(key, mean)),
+                                             codes(got))),
+      }
     # A generation with the population drawn where it lives: the fitness
     # is gathered (ranks), the update all-reduced, nothing else moves.
     opt = es.OpenAIES(POP, optax.sgd(1.0), sigma=0.1, dtype="e4m3",
@@ -176,7 +196,9 @@ def test_no_device_materializes_the_population(results, case):
 
 @pytest.mark.parametrize("case", ["float8_e4m3fn/exact", "float8_e4m3fn/table",
                                   "float8_e4m3fn/cast", "float6_e2m3fn/exact",
-                                  "float32/None"])
+                                  "float32/None",
+                                  "sample_population/float8_e4m3fn",
+                                  "sample_population/float6_e2m3fn"])
 def test_population_drawn_where_it_lives(results, case):
   r = results[f"per-shard/{case}"]
   assert r["moved"] == 0, r  # no collective at all, whatever the method

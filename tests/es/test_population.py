@@ -234,6 +234,15 @@ def test_sharding_on_one_device_is_the_shard_draw_and_bad_ones_fail():
   with pytest.raises(ValueError, match="may split the rows"):
     es.perturbations(key, 8, (5, 2), "e4m3",
                      sharding=NamedSharding(two, P("a", None, "b")))
+  got = es.sample_population(key, jnp.ones(5), 0.1, 8, "e4m3", sharding=rows)
+  want = es.sample_population(jax.random.fold_in(key, 0), jnp.ones(5), 0.1, 8,
+                              "e4m3")
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                np.asarray(want).view(np.uint8))
+  with pytest.raises(ValueError, match="`sharding` argument to "
+                     "`sample_population` may split the rows"):
+    es.sample_population(key, jnp.ones(5), 0.1, 8, "e4m3",
+                         sharding=NamedSharding(mesh, P(None, "pop")))
   with pytest.raises(ValueError, match="`sharding` argument to `OpenAIES`"):
     es.OpenAIES(8, optax.sgd(0.1), sharding=NamedSharding(mesh, P(None, "pop")))
   with pytest.raises(TypeError, match="`sharding` argument to `OpenAIES`"):

@@ -262,21 +262,23 @@ def check_sharding(sharding: Any, popsize: int, antithetic: bool,
   return sharding, shards
 
 
-def _per_shard(draw, key: jax.Array, sharding: Any):
-  """``draw(key_s)`` on each shard ``s`` of the rows, with ``key_s =
-  fold_in(key, s)``, concatenated by shard: nothing crosses devices."""
+def _per_shard(draw, key: jax.Array, sharding: Any, *args):
+  """``draw(key_s, *args)`` on each shard ``s`` of the rows, with ``key_s =
+  fold_in(key, s)`` (``args`` whole on every shard), concatenated by shard:
+  nothing crosses devices."""
   axes = _row_axes(sharding)
   if axes is None:  # one shard: rows not split
     return jax.lax.with_sharding_constraint(
-        draw(jax.random.fold_in(key, 0)), sharding)
+        draw(jax.random.fold_in(key, 0), *args), sharding)
 
-  def local(key):
-    return draw(jax.random.fold_in(key, jax.lax.axis_index(axes)))
+  def local(key, *args):
+    return draw(jax.random.fold_in(key, jax.lax.axis_index(axes)), *args)
 
+  whole = jax.sharding.PartitionSpec()
   return jax.shard_map(local, mesh=sharding.mesh,
-                       in_specs=jax.sharding.PartitionSpec(),
+                       in_specs=(whole,) * (1 + len(args)),
                        out_specs=jax.sharding.PartitionSpec(axes),
-                       check_vma=False)(key)
+                       check_vma=False)(key, *args)
 
 
 def perturbations(key: jax.Array, popsize: int, shape: Any,
@@ -389,8 +391,8 @@ def _sample_population_jit(key, mean, sigma, popsize: int, fmt_name: str,
 
 def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
                       dtype: Any = jnp.float8_e4m3fn, *,
-                      antithetic: bool = True,
-                      rounding: str = "nearest") -> Population:
+                      antithetic: bool = True, rounding: str = "nearest",
+                      sharding: Any = None) -> Population:
   """Samples candidates ``mean + sigma * eps`` stored in a narrow format.
 
   With ``key_eps, key_round = jax.random.split(key)``, ``eps`` is
@@ -414,13 +416,16 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
     rounding: ``"nearest"`` (default) or ``"stochastic"`` (unbiased: the
       expected candidate is ``mean + sigma * eps``), or ``"down"``, ``"up"``,
       ``"toward_zero"``. Wide dtypes take ``"nearest"`` only.
+    sharding: as in :func:`perturbations`: shard ``s`` of the rows holds
+      ``sample_population(fold_in(key, s), mean, sigma, popsize // S, ...)``,
+      drawn on its own devices.
 
   Returns:
     An array of shape ``(popsize, *mean.shape)`` in ``dtype`` (a
     :class:`jaxfp8.CodeArray` for float6).
 
   Raises:
-    TypeError: for a bad key, popsize, mean, sigma or antithetic.
+    TypeError: for a bad key, popsize, mean, sigma, antithetic or sharding.
     ValueError: as :func:`perturbations`, for an unknown rounding, or a sigma
       that does not broadcast to ``mean.shape`` or (concrete) holds a NaN or
       an infinity.
@@ -447,10 +452,15 @@ def sample_population(key: jax.Array, mean: Any, sigma: Any, popsize: int,
   if not _broadcasts_to(sigma.shape, mean.shape):
     raise ValueError(f"`sigma` argument to `{fn}` must broadcast to the mean's "
                      f"shape {mean.shape}, got shape {sigma.shape}")
-  return _sample_population_jit(key, mean, sigma, popsize, fmt.name,
-                                antithetic, rounding,
-                                check_method(None, fmt, fn),
-                                _block(popsize, mean.shape, fmt, antithetic))
+  sharding, shards = check_sharding(sharding, popsize, antithetic, fn)
+  n = popsize // shards
+  method_key = check_method(None, fmt, fn)
+  block = _block(n, mean.shape, fmt, antithetic)
+  draw = lambda k, m, sd: _sample_population_jit(
+      k, m, sd, n, fmt.name, antithetic, rounding, method_key, block)
+  if sharding is None:
+    return draw(key, mean, sigma)
+  return _per_shard(draw, key, sharding, mean, sigma)
 
 
 def _check_sigma(sigma: Any, fn: str) -> None:
