@@ -97,44 +97,40 @@ _CHILD = textwrap.dedent(r"""
     # Drawn where it lives (sharding=): each shard its own population of
     # fold_in(key, s), for every method; nothing crosses devices.
     from jaxfp8.tools.collectives import collective_bytes
+
+    def per_shard(fn, own, *args):
+      # fn(key, *args) sharded, against own(fold_in(key, s), POP // 4, *args)
+      compiled = jax.jit(fn).lower(key, *args).compile()
+      got = compiled(key, *args)
+      q = POP // 4
+      return {
+          "moved": sum(collective_bytes(compiled).values()),
+          "equal": all(np.array_equal(
+              codes(got)[s * q:(s + 1) * q],
+              codes(own(jax.random.fold_in(key, s), q, *args)))
+                       for s in range(4)),
+          "shards": sorted({tuple(x.data.shape)
+                            for x in leaves(got)[0].addressable_shards}),
+          "eager_equal": bool(np.array_equal(codes(fn(key, *args)),
+                                             codes(got))),
+      }
+
     for fmt, method in [("float8_e4m3fn", "exact"), ("float8_e4m3fn", "table"),
                         ("float8_e4m3fn", "cast"), ("float6_e2m3fn", "exact"),
                         ("float32", None)]:
-      fn = lambda k: es.perturbations(k, POP, (N,), fmt, method=method,
-                                      sharding=rows)
-      compiled = jax.jit(fn).lower(key).compile()
-      got = compiled(key)
-      own = [es.perturbations(jax.random.fold_in(key, s), POP // 4, (N,),
-                              fmt, method=method) for s in range(4)]
-      out[f"per-shard/{fmt}/{method}"] = {
-          "moved": sum(collective_bytes(compiled).values()),
-          "equal": all(np.array_equal(codes(got)[s * (POP // 4):
-                                                (s + 1) * (POP // 4)],
-                                      codes(o)) for s, o in enumerate(own)),
-          "shards": sorted({tuple(x.data.shape)
-                            for x in leaves(got)[0].addressable_shards}),
-          "eager_equal": bool(np.array_equal(codes(fn(key)), codes(got))),
-      }
+      out[f"per-shard/{fmt}/{method}"] = per_shard(
+          lambda k: es.perturbations(k, POP, (N,), fmt, method=method,
+                                     sharding=rows),
+          lambda k, n: es.perturbations(k, n, (N,), fmt, method=method))
     mean = jnp.linspace(-1.0, 1.0, N)
     for fmt in ("float8_e4m3fn", "float6_e2m3fn"):
-      fn = lambda k, m: es.sample_population(k, m, 0.1, POP, fmt,
-                                             rounding="stochastic",
-                                             sharding=rows)
-      compiled = jax.jit(fn).lower(key, mean).compile()
-      got = compiled(key, mean)
-      own = [es.sample_population(jax.random.fold_in(key, s), mean, 0.1,
-                                  POP // 4, fmt, rounding="stochastic")
-             for s in range(4)]
-      out[f"per-shard/sample_population/{fmt}"] = {
-          "moved": sum(collective_bytes(compiled).values()),
-          "equal": all(np.array_equal(codes(got)[s * (POP // 4):
-                                                (s + 1) * (POP // 4)],
-                                      codes(o)) for s, o in enumerate(own)),
-          "shards": sorted({tuple(x.data.shape)
-                            for x in leaves(got)[0].addressable_shards}),
-          "eager_equal": bool(np.array_equal(codes(fn(key, mean)),
-                                             codes(got))),
-      }
+      out[f"per-shard/sample_population/{fmt}"] = per_shard(
+          lambda k, m: es.sample_population(k, m, 0.1, POP, fmt,
+                                            rounding="stochastic",
+                                            sharding=rows),
+          lambda k, n, m: es.sample_population(k, m, 0.1, n, fmt,
+                                               rounding="stochastic"),
+          mean)
     # A generation with the population drawn where it lives: the fitness
     # is gathered (ranks), the update all-reduced, nothing else moves.
     opt = es.OpenAIES(POP, optax.sgd(1.0), sigma=0.1, dtype="e4m3",
