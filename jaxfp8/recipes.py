@@ -16,6 +16,7 @@ The Flax names load Flax on first use.
 """
 from jaxfp8._src import deprecation as _deprecation
 from jaxfp8._src.recipes.core import dot_general as dot_general
+from jaxfp8._src.recipes.ragged import ragged_dot as ragged_dot
 from jaxfp8._src.recipes.reference import dot_general_reference as dot_general_reference
 from jaxfp8._src.recipes.state import init_state as init_state
 from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT as OVERWRITE_WITH_GRADIENT
@@ -43,5 +44,5 @@ def __dir__():
 __all__ = [
     "OVERWRITE_WITH_GRADIENT", "Quantizer", "RECIPES", "Recipe",
     "dot_general", "dot_general_reference", "get_recipe", "init_state",
-    "recipe_table", "split_overwrite_with_gradient", *_FLAX_NAMES,
+    "ragged_dot", "recipe_table", "split_overwrite_with_gradient", *_FLAX_NAMES,
 ]

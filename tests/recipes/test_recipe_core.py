@@ -2,16 +2,12 @@
 
 Each GEMM (forward, input gradient, weight gradient) of ``dot_general`` is
 checked against the float64 product of its own operands, quantized by the
-quantizers themselves (``jaxfp8.policy`` scaling, ``mx.quantize``, the
-blockwise and NVFP4 quantizers, the Hadamard transform) along that GEMM's
-contracting axes and brought back to the operand's layout in float64: the
-Hadamard transform undone exactly (its matrix is orthogonal), so the
+quantizers themselves along that GEMM's contracting axes and brought back
+to the operand's layout in float64 (quantized_reference.py), so the
 reference is an ``einsum`` of the original layouts that shares no layout
 code with the core.
 """
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,12 +15,14 @@ import numpy as np
 import pytest
 
 from dot_reference import subscripts
-from jaxfp8 import mx
 from jaxfp8 import policy
 from jaxfp8 import recipes
-from jaxfp8._src.mx import blockwise
 from jaxfp8._src.mx import hadamard
-from jaxfp8._src.mx import nvfp4
+from quantized_reference import delayed_state
+from quantized_reference import free_dims
+from quantized_reference import gemm_keys
+from quantized_reference import quantized64
+from quantized_reference import rel
 
 KEY = jax.random.key(11)
 D2 = (((2,), (0,)), ((), ()))
@@ -41,114 +39,6 @@ PAIRS = ([("dense", n) for n in recipes.RECIPES if n != "nvfp4"]
                                      "fp8_blockwise")])
 
 
-def _free(ndim, contract, batch):
-  return [d for d in range(ndim) if d not in contract and d not in batch]
-
-
-def _h16():
-  h = np.array([[1.0]])
-  while h.shape[0] < 16:
-    h = np.block([[h, h], [h, -h]])
-  return h
-
-
-def _unrht64(v, signs):
-  """The inverse transform in float64: (1/4) diag(s) H16 on each chunk."""
-  s = np.asarray(signs, np.float64)
-  chunks = v.reshape(*v.shape[:-1], -1, 16)
-  return (np.einsum("ij,...j->...i", _h16(), chunks) * s / 4).reshape(v.shape)
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _tensor_values(v, q, state):
-  # Jitted: run op by op, per-tensor scaling compiled a program per operation
-  # (the block quantizers below are jitted functions of their own).
-  if q.kind == "cast":
-    return v.astype(q.format).astype(jnp.float32)
-  s = state if q.delayed else policy.CurrentScaling(
-      q.format, q.margin, q.scale == "pow2")
-  c, scale = policy.quantize(v, q.format, s.scale_for(v)), s.scale_for(v)
-  return policy.dequantize(c, scale)
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def _block_values(v, q, key):
-  # Jitted: quantize and dequantize in one program per quantizer and shape
-  # (each is a jitted function of its own, two programs apart).
-  if q.kind == "mx":
-    return mx.quantize(
-        v, q.format, block_size=q.block_size, scale_mode=q.scale,
-        rounding=q.rounding, key=key, pad=True).dequantize()
-  if q.kind == "block":
-    return blockwise.dequantize(*blockwise.quantize(
-        v, block=q.block, fmt=q.format, scale=q.scale), block=q.block)
-  return nvfp4.dequantize(*nvfp4.quantize(
-      v, block=q.block, tensor_scale=q.scale, rounding=q.rounding, key=key),
-                          block=q.block)
-
-
-def _values(v, q, key, state):
-  """float32 values of the view ``v`` (..., M, K) quantized by ``q``."""
-  if q.kind in ("cast", "tensor"):
-    return np.asarray(_tensor_values(v, q, state))
-  return np.asarray(_block_values(v, q, key))
-
-
-def quantized64(t, batch, contract, q, *, key=None, signs=None, state=None):
-  """float64 values of ``t`` quantized by ``q`` along ``contract`` (None:
-  ``t`` itself), back in ``t``'s own layout."""
-  t = np.asarray(t, np.float32)
-  if q is None:
-    return t.astype(np.float64)
-  free = _free(t.ndim, contract, batch)
-  perm = list(batch) + free + list(contract)
-  tt = t.transpose(perm)
-  nb, nf = len(batch), len(free)
-  shape = tt.shape[:nb] + (int(np.prod(tt.shape[nb:nb + nf])),
-                           int(np.prod(tt.shape[nb + nf:])))
-  v = jax.device_put(tt.reshape(shape))
-  if signs is not None:
-    v = hadamard.rht(v, signs)
-  out = _values(v, q, key, state).astype(np.float64)
-  if signs is not None:
-    out = _unrht64(out, signs)
-  return out.reshape(tt.shape).transpose(np.argsort(perm))
-
-
-def _gemm_keys(recipe, key):
-  """The keys of each GEMM's consumers, as the core's docstring says."""
-  r = recipe
-  users = {g: (["rht"] if any(q is not None and q.transform
-                              for q in getattr(r, g)) else [])
-           + [role for q, role in zip(order, roles)
-              if q is not None and q.stochastic]
-           for g, order, roles in (
-               ("fwd", r.fwd, ("x", "w")),
-               ("dgrad", r.dgrad, ("dy", "w")),
-               ("wgrad", (r.wgrad[1], r.wgrad[0]), ("dy", "x")))}
-  assert not users["fwd"]  # no named recipe needs a forward key
-  kd, kw = jax.random.split(key)
-  out = {}
-  for g, k in (("dgrad", kd), ("wgrad", kw)):
-    ks = [k] if len(users[g]) == 1 else list(jax.random.split(k, len(users[g])))
-    out[g] = dict(zip(users[g], ks))
-  return out
-
-
-def _state(recipe):
-  """A delayed state whose scales are not 1: two amaxes recorded."""
-  st = recipes.init_state(recipe, history_length=4)
-  if st is None:
-    return None
-  return {r: s.update(jnp.float32(3.0)).update(jnp.float32(5.0))
-          for r, s in st.items()}
-
-
-def rel(a, b):
-  a = np.asarray(a, np.float64)
-  return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
-
-
 @pytest.mark.parametrize("case,name", PAIRS)
 def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
   ls, rs, dims = SHAPES[case]
@@ -156,7 +46,7 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
   x = (rng.standard_normal(ls) * 3).astype(np.float32)
   w = (rng.standard_normal(rs) * 0.1).astype(np.float32)
   recipe = recipes.get_recipe(name)
-  state = _state(recipe)
+  state = delayed_state(recipe)
   f = lambda a, b, s: recipes.dot_general(a, b, dims, recipe=name, key=KEY,
                                           state=s)
   # lax's shape (tracing the core for it cost a trace of its own); the core
@@ -173,11 +63,11 @@ def test_each_gemm_is_the_product_of_its_own_quantized_operands(case, name):
   y, dx, dw, _ = gemms(x, w, state, g)
   (lc, rc), (lb, rb) = dims
   nb = len(lb)
-  lf, rf = _free(len(ls), lc, lb), _free(len(rs), rc, rb)
+  lf, rf = free_dims(len(ls), lc, lb), free_dims(len(rs), rc, rb)
   g_b = list(range(nb))
   g_lf = list(range(nb, nb + len(lf)))
   g_rf = list(range(nb + len(lf), len(y_shape)))
-  keys = _gemm_keys(recipe, KEY) if recipe.needs_key else {}
+  keys = gemm_keys(recipe, KEY) if recipe.needs_key else {}
   signs = {gm: hadamard.random_signs(k["rht"]) for gm, k in keys.items()
            if "rht" in k}
   st = state or {}

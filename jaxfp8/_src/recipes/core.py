@@ -115,7 +115,7 @@ class _Static:
   rhs_sharding: Any = None
 
 
-def _split(key, first: bool, second: bool):
+def split_key(key, first: bool, second: bool):
   """(key of the first use, key of the second) of ``key``, split only when
   both need one."""
   if first and second:
@@ -142,7 +142,7 @@ def _core_fwd(lhs, rhs, key, state, static: _Static):
   r = static.recipe
   states = state or {}
   bwd_key = any(r.gemm_needs_key(g) for g in ("dgrad", "wgrad"))
-  kf, kb = (None, None) if key is None else _split(
+  kf, kb = (None, None) if key is None else split_key(
       key, r.gemm_needs_key("fwd"), bwd_key)
   x32, w32 = operand.float32(lhs), operand.float32(rhs)
   nxt = {role: operand.next_state(v, states[role])
@@ -186,7 +186,7 @@ def _core_bwd(static: _Static, res, g):
   x_kept, w_kept, kb, state, nxt = res
   r, dims = static.recipe, static.dims
   states = state or {}
-  kd, kw = (None, None) if kb is None else _split(kb, True, True)
+  kd, kw = (None, None) if kb is None else split_key(kb, True, True)
   g32 = operand.float32(g)
   if "dy" in states:
     nxt = dict(nxt, dy=operand.next_state(g32, states["dy"]))
@@ -310,7 +310,7 @@ def _packed(lhs, rhs, dims, recipe: Recipe, preferred, run, fn: str):
   return gemm_lib.packed_dot(lhs, rhs, dims, mx, preferred, run)
 
 
-def _key_users(recipe: Recipe) -> str:
+def key_users(recipe: Recipe) -> str:
   """What needs the key: "stochastic rounding of dgrad dy; a random
   Hadamard transform in wgrad"."""
   sr = [f"{g} {role}" for g in spec.GEMMS for q, role in zip(
@@ -344,7 +344,7 @@ def check_call(lhs: Any, rhs: Any, dimension_numbers: Any, recipe: Recipe,
   if recipe.needs_key:
     if key is None:
       raise ValueError(f"`{fn}` with recipe {recipe.name!r} needs a `key` "
-                       f"argument (a jax.random key) for {_key_users(recipe)}")
+                       f"argument (a jax.random key) for {key_users(recipe)}")
     key = validate.check_single_key(key, fn)
   else:
     key = None

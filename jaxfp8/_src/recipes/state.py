@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from jaxfp8._src import compat
 
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.fp8.scaling import DelayedScaling
@@ -18,8 +22,11 @@ from jaxfp8._src.recipes import registry
 from jaxfp8._src.recipes.spec import Recipe
 
 
-def check_state(state: Any, recipe: Recipe, *, fn: str) -> Optional[dict]:
-  """``state`` as the dict the core takes, checked against ``recipe``.
+def check_state(state: Any, recipe: Recipe, *, fn: str,
+                experts: Optional[int] = None) -> Optional[dict]:
+  """``state`` as the dict the core takes, checked against ``recipe``;
+  with ``experts``, each DelayedScaling holds one state per expert (its
+  arrays lead with that many entries: ``init_state(recipe, experts=G)``).
 
   Raises:
     ValueError: a state for a stateless recipe, missing or extra roles, a
@@ -50,7 +57,7 @@ def check_state(state: Any, recipe: Recipe, *, fn: str) -> Optional[dict]:
     if not isinstance(s, DelayedScaling):
       raise TypeError(f"`state` argument to `{fn}`: the state of {role} "
                       f"must be a DelayedScaling, got {type(s).__name__}")
-    _check_state_arrays(s, role, fn)
+    _check_state_arrays(s, role, fn, experts)
     want = (q.format, q.margin, q.scale == "pow2")
     got = (s.format, s.margin, s.power_of_two)
     if want != got:
@@ -61,11 +68,14 @@ def check_state(state: Any, recipe: Recipe, *, fn: str) -> Optional[dict]:
   return out
 
 
-def _check_state_arrays(s: DelayedScaling, role: str, fn: str) -> None:
+def _check_state_arrays(s: DelayedScaling, role: str, fn: str,
+                        experts: Optional[int] = None) -> None:
   """A DelayedScaling's arrays as the core reads them: a float32 history of
   shape (n,), n >= 1, and a float32 scalar scale, positive, finite and
-  normal where it is concrete (a traced one is checked by shape only)."""
+  normal where it is concrete (a traced one is checked by shape only);
+  with ``experts``, shapes (experts, n) and (experts,)."""
   where = f"`state` argument to `{fn}`: the state of {role}"
+  lead = () if experts is None else (experts,)
   for name, v, ndim in (("amax_history", s.amax_history, 1),
                         ("scale", s.scale, 0)):
     shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
@@ -73,16 +83,28 @@ def _check_state_arrays(s: DelayedScaling, role: str, fn: str) -> None:
       raise TypeError(f"{where} has a {name} that is not a float32 array, "
                       f"got {type(v).__name__}"
                       f"{'' if dtype is None else ' of dtype ' + str(dtype)}")
-    if len(shape) != ndim or (ndim and shape[0] < 1):
-      want = "a scalar, shape ()" if not ndim else "shape (n,), n >= 1"
-      raise ValueError(f"{where} has a {name} of shape {tuple(shape)}; "
-                       f"it must be {want} (init_state(recipe) makes one)")
-  scaling.check_scale_value(s.scale, f"{where} has a scale that")
+    shape = tuple(shape)
+    if (len(shape) != ndim + len(lead) or shape[:len(lead)] != lead
+        or (ndim and shape[-1] < 1)):
+      if experts is None:
+        want = "a scalar, shape ()" if not ndim else "shape (n,), n >= 1"
+        make = "init_state(recipe)"
+      else:
+        want = (f"shape ({experts},)" if not ndim
+                else f"shape ({experts}, n), n >= 1")
+        make = f"init_state(recipe, experts={experts})"
+      raise ValueError(f"{where} has a {name} of shape {shape}; it must be "
+                       f"{want} ({make} makes one)")
+  if experts is None or isinstance(s.scale, compat.Tracer):
+    scaling.check_scale_value(s.scale, f"{where} has a scale that")
+  else:
+    for e, v in enumerate(np.asarray(s.scale)):
+      scaling.check_scale_value(v, f"{where} has a scale of expert {e} that")
 
 
 def init_state(recipe: Any = "fp8_delayed", *, history_length: int = 16,
-               reduction: Any = "max",
-               initial_scale: float = 1.0) -> Optional[dict]:
+               reduction: Any = "max", initial_scale: float = 1.0,
+               experts: Optional[int] = None) -> Optional[dict]:
   """The state a delayed recipe needs: ``{role: DelayedScaling}``.
 
   Args:
@@ -102,12 +124,16 @@ def init_state(recipe: Any = "fp8_delayed", *, history_length: int = 16,
   ['dy', 'w', 'x']
   >>> init_state("fp8_current") is None
   True
+  >>> init_state("fp8_delayed", history_length=4, experts=8)["x"].scale.shape
+  (8,)
   """
   fn = "init_state"
   recipe = registry.get_recipe(recipe)
   scaling.check_scale_value(initial_scale,
                             f"`initial_scale` argument to `{fn}`")
   validate.check_size(history_length, "history_length", fn, minimum=1)
+  if experts is not None:
+    experts = validate.check_size(experts, "experts", fn, minimum=1)
   if not recipe.state_roles:
     return None
   out = {}
@@ -117,4 +143,7 @@ def init_state(recipe: Any = "fp8_delayed", *, history_length: int = 16,
         q.format, history_length=history_length, reduction=reduction,
         margin=q.margin, power_of_two=q.scale == "pow2",
         initial_scale=initial_scale)
+  if experts is not None:
+    out = jax.tree.map(
+        lambda a: jnp.broadcast_to(a, (experts,) + a.shape), out)
   return out

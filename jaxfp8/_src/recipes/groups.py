@@ -1,0 +1,134 @@
+"""Groups of rows for the grouped GEMMs of :mod:`jaxfp8._src.recipes.ragged`.
+
+Rows are assigned to groups as ``lax.ragged_dot`` assigns them
+(:func:`segments`); a :class:`Layout` lays a group's rows out aligned to its
+blocks along the tokens; :func:`grouped_dot` and :func:`grouped_wgrad` are
+lax's ragged products in float32 at HIGHEST, batchable whichever operands
+``vmap`` batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxfp8._src.mx.formats import get_format as get_mx_format
+from jaxfp8._src.recipes.spec import Quantizer
+
+_HIGHEST = lax.Precision.HIGHEST
+# The weight gradient's form of lax.ragged_dot_general: lhs (rows, k) and
+# rhs (rows, n) contract their ragged rows; the result is (G, k, n).
+_WGRAD_DIMS = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(((0,), (0,)), ((), ())),
+    lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+
+
+# -- groups and layouts ----------------------------------------------------------
+
+def segments(group_sizes: jax.Array, m: int) -> jax.Array:
+  """Each row's group, int32 (m,): ``G`` for rows past the total (the
+  assignment of ``lax.ragged_dot``)."""
+  ends = jnp.cumsum(group_sizes.astype(jnp.int32))
+  rows = lax.iota(jnp.int32, m)
+  return jnp.sum(rows[:, None] >= ends[None, :], axis=1, dtype=jnp.int32)
+
+
+def counts(seg: jax.Array, n_groups: int) -> jax.Array:
+  """Rows per group, int32 (G,), from :func:`segments`."""
+  return jnp.sum(seg[None, :] == lax.iota(jnp.int32, n_groups)[:, None],
+                 axis=1, dtype=jnp.int32)
+
+
+def token_block(q: Optional[Quantizer]) -> int:
+  """The length along the tokens of ``q``'s blocks when the tokens are the
+  contracting axis (1: no block runs along them)."""
+  if q is None or q.kind in ("cast", "tensor"):
+    return 1
+  if q.kind == "mx":
+    return q.block_size or get_mx_format(q.format).block_size
+  return q.block[-1]
+
+
+def row_block(q: Optional[Quantizer]) -> int:
+  """The length along the rows of ``q``'s blocks when the rows are free
+  (2-D blocks span rows; 1: none)."""
+  if q is None or q.kind not in ("block", "nvfp4"):
+    return 1
+  return q.block[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """Rows of an (m, ...) operand laid out group-aligned to ``align`` (see
+  the module docstring); ``align`` 1 is the operand's own layout."""
+  seg: jax.Array      # (rows,) each row's group, G for none
+  sizes: jax.Array    # (G,) rows per group in this layout
+  dest: Any           # (m,) each source row's row here (None: the same)
+  rows: int
+
+  @classmethod
+  def of(cls, seg: jax.Array, n: jax.Array, align: int) -> "Layout":
+    m, g = seg.shape[0], n.shape[0]
+    if align == 1:
+      return cls(seg, n, None, m)
+    rows = -(-(m + g * (align - 1)) // align) * align
+    padded = -(-n // align) * align
+    starts = jnp.cumsum(n) - n
+    aligned_starts = jnp.cumsum(padded) - padded
+    src = jnp.minimum(seg, g - 1)
+    dest = jnp.where(seg < g, aligned_starts[src] + lax.iota(jnp.int32, m)
+                     - starts[src], rows)
+    return cls(segments(padded, rows), padded, dest, rows)
+
+  def put(self, x: jax.Array) -> jax.Array:
+    """``x`` (m, ...) in this layout (padding rows zero)."""
+    if self.dest is None:
+      return x
+    return jnp.zeros((self.rows,) + x.shape[1:], x.dtype).at[self.dest].set(
+        x, mode="drop")
+
+  def take(self, y: jax.Array) -> jax.Array:
+    """Rows of ``y`` (this layout) back in the source layout (rows past the
+    total zero)."""
+    if self.dest is None:
+      return y
+    return jnp.take(y, self.dest, axis=0, mode="fill", fill_value=0)
+
+
+# -- the grouped products ----------------------------------------------------------
+
+def _batched(fn):
+  """``fn`` of (lhs, rhs, sizes) that ``vmap`` takes with any of them
+  unbatched: lax's ragged products batch only when all three are (their
+  rule raises NotImplementedError otherwise, JAX 0.10-0.12), as in the
+  backward pass of a vmapped step, whose cotangent may be unbatched."""
+  @jax.custom_batching.custom_vmap
+  def call(a, b, sizes):
+    return fn(a, b, sizes)
+
+  @call.def_vmap
+  def _rule(axis_size, in_batched, a, b, sizes):
+    full = [v if bt else jnp.broadcast_to(v, (axis_size,) + v.shape)
+            for v, bt in zip((a, b, sizes), in_batched)]
+    return jax.vmap(fn)(*full), True
+
+  return call
+
+
+@_batched
+def grouped_dot(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Array:
+  """``a (rows, k) . b[g] (k, n)`` for the rows of group ``g``, float32
+  at HIGHEST (rows past the groups zero)."""
+  return lax.ragged_dot(a, b, sizes, precision=_HIGHEST,
+                        preferred_element_type=jnp.float32)
+
+
+@_batched
+def grouped_wgrad(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Array:
+  """``a_g^T . b_g`` (G, k, n) over each group's rows of ``a (rows, k)``
+  and ``b (rows, n)``, float32 at HIGHEST."""
+  return lax.ragged_dot_general(a, b, sizes, _WGRAD_DIMS, precision=_HIGHEST,
+                                preferred_element_type=jnp.float32)
