@@ -3,12 +3,14 @@
 A recipe says how each GEMM of a training step (forward, input gradient,
 weight gradient) quantizes its two operands. One ``dot_general`` runs any
 recipe (per-tensor fp8 current or delayed, fp8 blockwise, MXFP8 and the
-other MX formats, the NVFP4 pretraining recipe, bfloat16), and one Flax
-face for each API applies it: ``RecipeDotGeneral`` and ``linen_recipe``
-for linen (state in the :data:`OVERWRITE_WITH_GRADIENT` collection, keys
-from the ``"recipe"`` rng stream), ``NnxRecipeDotGeneral``,
-``nnx_recipe``, ``NnxRecipeState`` and ``nnx_apply_recipe_state`` for nnx.
-The Flax names load Flax on first use.
+other MX formats, the NVFP4 pretraining recipe, bfloat16); ``ragged_dot``
+runs its grouped (mixture-of-experts) GEMMs, every expert a tensor of its
+own. One Flax face for each API applies them: ``RecipeDotGeneral`` and
+``linen_recipe`` for linen (state in the :data:`OVERWRITE_WITH_GRADIENT`
+collection, keys from the ``"recipe"`` rng stream),
+``NnxRecipeDotGeneral``, ``NnxRecipeRaggedDot``, ``nnx_recipe``,
+``NnxRecipeState`` and ``nnx_apply_recipe_state`` for nnx. The Flax names
+load Flax on first use.
 
 >>> import jaxfp8
 >>> jaxfp8.recipes.get_recipe("fp8_blockwise").fwd[1].block
@@ -31,7 +33,8 @@ from jaxfp8._src.recipes.spec import Recipe as Recipe
 _FLAX_NAMES: dict[str, str] = {
     name: "jaxfp8._src.faces." + module for name, module in (
         ("RecipeDotGeneral", "linen"), ("linen_recipe", "linen"),
-        ("NnxRecipeDotGeneral", "nnx"), ("NnxRecipeState", "nnx"),
+        ("NnxRecipeDotGeneral", "nnx"), ("NnxRecipeRaggedDot", "nnx"),
+        ("NnxRecipeState", "nnx"),
         ("nnx_apply_recipe_state", "nnx"), ("nnx_recipe", "nnx"))}
 
 __getattr__ = _deprecation.module_getattr("jaxfp8.recipes", {}, _FLAX_NAMES)

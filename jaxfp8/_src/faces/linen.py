@@ -49,6 +49,8 @@ from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.mx import serving
 from jaxfp8._src.recipes import core
 from jaxfp8._src.recipes import gather
+from jaxfp8._src.recipes import groups
+from jaxfp8._src.recipes import ragged
 from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import registry
@@ -215,27 +217,101 @@ def _linen_einsum(module: nn.Einsum, dot, inputs, einsum_str=None, *,
 
 LAYERS = (nn.Dense, nn.DenseGeneral, nn.Einsum)
 
+# lax's grouped GEMM as JAX defines it: what a module whose rule is None
+# (or that no rule matches) calls under the interception.
+_LAX_RAGGED_DOT = groups.LAX_RAGGED_DOT
+
+
+def ragged_layer_dot(module: nn.Module, recipe: Any, *, fn: str,
+                     calls: list) -> Callable[..., Any]:
+  """A ``lax.ragged_dot`` stand-in for ``module``'s grouped GEMMs under
+  ``recipe`` (:func:`jaxfp8.recipes.ragged_dot`): its ``i``-th call in one
+  call of the module keeps its per-expert delayed state as variables
+  ``ragged_dot_{i}_input_amax_history``... of ``_overwrite_with_gradient``
+  in the module's scope and draws a fresh key from the ``"recipe"`` stream.
+  ``calls``: the module's call counter (one int in a list)."""
+
+  def call(lhs, rhs, group_sizes, precision=None,
+           preferred_element_type=None, group_offset=None, **kwargs):
+    del kwargs  # lax's out_sharding: the result follows the operands
+    i = calls[0]
+    calls[0] += 1
+    state = None
+    if recipe.state_roles:
+      fresh = recipe_state.init_state(recipe, experts=jnp.shape(rhs)[0])
+      values = [module.variable(OVERWRITE_WITH_GRADIENT,
+                                f"ragged_dot_{i}_{name}", lambda v=v: v).value
+                for name, v in layer_state.named_leaves(fresh)]
+      state = layer_state.rebuild(jax.tree.structure(fresh), values)
+    key = None
+    if recipe.needs_key:
+      if not module.has_rng(RNG_STREAM) and not module.is_initializing():
+        raise ValueError(
+            f"`{fn}`: the recipe {recipe.name!r} of {_module_path(module)!r} "
+            f"rounds stochastically or applies a random Hadamard transform "
+            f"and needs a key per call; pass rngs={{{RNG_STREAM!r}: key}} "
+            f"to apply")
+      key = module.make_rng(RNG_STREAM)
+    return ragged.ragged_dot(lhs, rhs, group_sizes, precision,
+                             preferred_element_type, group_offset,
+                             recipe=recipe, key=key, state=state)
+
+  return call
+
+
+@contextlib.contextmanager
+def _lax_ragged_dot_as(fn: Callable[..., Any]) -> Iterator[None]:
+  """``jax.lax.ragged_dot`` is ``fn`` within (calls that look it up on
+  ``jax.lax`` at call time, as ``lax.ragged_dot(...)`` does)."""
+  saved = jax.lax.ragged_dot
+  jax.lax.ragged_dot = fn
+  try:
+    yield
+  finally:
+    jax.lax.ragged_dot = saved
+
 # A packed kernel under a rule of None (or none): the activations as given.
 WEIGHT_ONLY = registry.get_recipe(None)
 
 # dot_for(layer, path, packed kernel or None) -> the layer's dot_general, or
 # None to leave the layer as it is.
 DotFor = Callable[[nn.Module, str, Any], Any]
+# ragged_for(module, path, calls) -> the module's lax.ragged_dot, or None
+# for lax's own.
+RaggedFor = Callable[[nn.Module, str, list], Any]
 
 
 @contextlib.contextmanager
-def intercept_layers(dot_for: DotFor) -> Iterator[None]:
+def intercept_layers(dot_for: DotFor,
+                     ragged_for: RaggedFor | None = None) -> Iterator[None]:
   """Runs each linen ``Dense`` / ``DenseGeneral`` / ``Einsum`` call with the
-  ``dot_general`` that ``dot_for`` gives it (None: as it is).
+  ``dot_general`` that ``dot_for`` gives it (None: as it is), and every
+  other module's methods with ``jax.lax.ragged_dot`` as ``ragged_for``
+  gives it (None: lax's own; the innermost running module's applies).
 
   ``dot_for`` runs inside the layer's call, before it multiplies, so it may
   make variables and draw keys in the layer's scope. A packed kernel
   (an MXArray in the applied params) is passed to it and then multiplied as
   stored (``Dense``) or dequantized (``Einsum``).
   """
+  calls: dict[int, list] = {}  # module id -> [ragged calls, open methods]
+
+  def grouped(next_fun, args, kwargs, module):
+    entry = calls.setdefault(id(module), [0, 0])
+    entry[1] += 1
+    try:
+      fn = ragged_for(module, _module_path(module), entry)
+      with _lax_ragged_dot_as(_LAX_RAGGED_DOT if fn is None else fn):
+        return next_fun(*args, **kwargs)
+    finally:
+      entry[1] -= 1
+      if not entry[1]:
+        del calls[id(module)]
 
   def interceptor(next_fun, args, kwargs, context):
     module = context.module
+    if ragged_for is not None and not isinstance(module, LAYERS):
+      return grouped(next_fun, args, kwargs, module)
     if context.method_name != "__call__" or not isinstance(module, LAYERS):
       return next_fun(*args, **kwargs)
     packed = _packed_kernel(module)
@@ -286,6 +362,15 @@ def linen_recipe(rules: Any = None, *,
       are gathered instead of float32 values (see the core
       ``dot_general``). None: XLA gathers what the GEMMs read.
 
+  Grouped GEMMs (mixture of experts): a module whose path matches a rule
+  and that calls ``jax.lax.ragged_dot`` / ``lax.ragged_dot`` in a compact
+  method multiplies with :func:`jaxfp8.recipes.ragged_dot` and that
+  rule's recipe instead (its ``i``-th call keeps a per-expert delayed
+  state as ``ragged_dot_{i}_...`` variables in the module's scope). The
+  name is looked up on ``jax.lax`` for the time of the module's call, in
+  the calling thread's trace: a ``from jax.lax import ragged_dot`` made
+  before is not seen, and two threads tracing at once would share it.
+
   Raises:
     ValueError: bad rules or recipe names (here); a recipe needing keys
       applied without the ``"recipe"`` rng stream (at apply).
@@ -313,5 +398,12 @@ def linen_recipe(rules: Any = None, *,
       recipe = WEIGHT_ONLY
     return layer_dot(module, recipe, fn=fn, rhs_sharding=rhs_sharding)
 
-  with intercept_layers(dot_for):
+  def ragged_for(module, path, entry):
+    recipe = rules_lib.layer_recipe(rules, path)
+    if recipe is None:
+      return None
+    # entry[0] counts the module's grouped GEMMs within its outermost call.
+    return ragged_layer_dot(module, recipe, fn=fn, calls=entry)
+
+  with intercept_layers(dot_for, ragged_for):
     yield

@@ -41,7 +41,9 @@ import jax
 
 from jaxfp8._src import compat
 from jaxfp8._src.mx import serving
+from jaxfp8._src.numerics import validate
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import ragged
 from jaxfp8._src.recipes import gather
 from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
@@ -98,14 +100,7 @@ class NnxRecipeDotGeneral(nnx.Module):
     fn = type(self).__name__
     self.recipe = registry.get_recipe(recipe)
     self.rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
-    if rngs is not None and not isinstance(rngs, nnx.Rngs):
-      raise TypeError(f"`rngs` argument to `{fn}` must be None or an "
-                      f"nnx.Rngs, got {type(rngs).__name__}")
-    if self.recipe.needs_key and rngs is None:
-      raise ValueError(
-          f"`{fn}`: the recipe {self.recipe.name!r} rounds stochastically or "
-          "applies a random Hadamard transform and needs a key per call; "
-          "pass rngs=nnx.Rngs(recipe=seed)")
+    _check_rngs(rngs, self.recipe, fn)
     self.rngs = rngs if self.recipe.needs_key else None
     fresh = recipe_state.init_state(self.recipe, history_length=history_length,
                             reduction=reduction)
@@ -131,6 +126,106 @@ class NnxRecipeDotGeneral(nnx.Module):
                preferred_element_type=None, **kwargs):
     return self.for_call()(lhs, rhs, dimension_numbers, precision,
                            preferred_element_type, **kwargs)
+
+
+class NnxRecipeRaggedDot(nnx.Module):
+  """The grouped ``ragged_dot`` (:func:`jaxfp8.recipes.ragged_dot`) with
+  any recipe, as an nnx module: a mixture-of-experts layer that keeps its
+  grouped product as an attribute (``self.up = jax.lax.ragged_dot``,
+  called ``self.up(x, w, group_sizes)``) takes one in its place, by hand
+  or from :func:`nnx_recipe`.
+
+  Args:
+    recipe: anything :func:`~jaxfp8._src.recipes.registry.get_recipe`
+      reads.
+    experts: the number of experts (``rhs.shape[0]``); needed by a delayed
+      recipe, whose state is per expert, unused otherwise.
+    rngs: an ``nnx.Rngs``; needed by a recipe that rounds stochastically
+      or applies RHT (its ``"recipe"`` stream, else its default one).
+    history_length, reduction: delayed-scaling settings.
+
+  Raises:
+    ValueError: a delayed recipe without ``experts``, or a recipe needing
+      keys without ``rngs``.
+
+  >>> import jax.numpy as jnp
+  >>> from flax import nnx
+  >>> dot = NnxRecipeRaggedDot("fp8_delayed", experts=2, history_length=4)
+  >>> dot(jnp.ones((6, 32)), jnp.ones((2, 32, 4)), jnp.array([2, 4])).shape
+  (6, 4)
+  >>> dot.input_scale[...]
+  Array([1., 1.], dtype=float32)
+  """
+  state_type: type[nnx.Variable] = NnxRecipeState
+
+  def __init__(self, recipe: Any = "fp8_current", *,
+               experts: int | None = None, rngs: nnx.Rngs | None = None,
+               history_length: int = 16, reduction: str = "max"):
+    fn = type(self).__name__
+    self.recipe = registry.get_recipe(recipe)
+    _check_rngs(rngs, self.recipe, fn)
+    if self.recipe.state_roles and experts is None:
+      raise ValueError(f"`{fn}`: the recipe {self.recipe.name!r} keeps a "
+                       f"delayed state per expert; pass experts=G (the "
+                       f"experts of the weights it multiplies)")
+    self.rngs = rngs if self.recipe.needs_key else None
+    fresh = recipe_state.init_state(
+        self.recipe, history_length=history_length, reduction=reduction,
+        experts=experts if self.recipe.state_roles else None)
+    self.state_def = None if fresh is None else jax.tree.structure(fresh)
+    names = []
+    for name, value in (layer_state.named_leaves(fresh) if fresh else ()):
+      setattr(self, name, self.state_type(value))
+      names.append(name)
+    self.state_names = tuple(names)
+
+  def __call__(self, lhs, rhs, group_sizes, precision=None,
+               preferred_element_type=None, group_offset=None, **kwargs):
+    del kwargs  # lax's out_sharding: the result follows the operands
+    state = None
+    if self.state_def is not None:
+      state = layer_state.rebuild(
+          self.state_def, [getattr(self, n)[...] for n in self.state_names])
+    key = getattr(self.rngs, RNG_STREAM)() if self.rngs is not None else None
+    return ragged.ragged_dot(lhs, rhs, group_sizes, precision,
+                             preferred_element_type, group_offset,
+                             recipe=self.recipe, key=key, state=state)
+
+
+def _check_rngs(rngs: Any, recipe: Any, fn: str) -> None:
+  if rngs is not None and not isinstance(rngs, nnx.Rngs):
+    raise TypeError(f"`rngs` argument to `{fn}` must be None or an "
+                    f"nnx.Rngs, got {type(rngs).__name__}")
+  if recipe.needs_key and rngs is None:
+    raise ValueError(
+        f"`{fn}`: the recipe {recipe.name!r} rounds stochastically or "
+        "applies a random Hadamard transform and needs a key per call; "
+        "pass rngs=nnx.Rngs(recipe=seed)")
+
+
+def replace_ragged(model: Any, recipe_for: Callable[[str], Any], *,
+                   experts: int | None, rngs: Any) -> Any:
+  """Gives every attribute of ``model``'s modules that holds
+  ``jax.lax.ragged_dot`` an :class:`NnxRecipeRaggedDot` of the recipe
+  ``recipe_for`` returns for its path (``module path/attribute``; None:
+  left as it is), in place."""
+  for path, module in list(nnx.iter_graph(model)):
+    if not isinstance(module, nnx.Module):
+      continue
+    for attr, value in list(vars(module).items()):
+      if value is not jax.lax.ragged_dot:
+        continue
+      where = "/".join([str(p) for p in path] + [attr])
+      recipe = recipe_for(where)
+      if recipe is None:
+        continue
+      if recipe.state_roles and experts is None:
+        raise ValueError(f"`nnx_recipe`: the recipe {recipe.name!r} of "
+                         f"{where!r} keeps a delayed state per expert; pass "
+                         f"experts=G")
+      setattr(module, attr, nnx.data(NnxRecipeRaggedDot(
+          recipe, experts=experts, rngs=rngs)))
+  return model
 
 
 def nnx_apply_recipe_state(model: Any, grads: Any,
@@ -224,7 +319,7 @@ def replace_layers(model: Any, dot_for: DotFor) -> Any:
 
 def nnx_recipe(model: Any, rules: Any = None, *,
                rngs: nnx.Rngs | None = None,
-               rhs_sharding: Any = None) -> Any:
+               rhs_sharding: Any = None, experts: int | None = None) -> Any:
   """Trains an nnx model's layers chosen by rules with their rule's recipe,
   in place.
 
@@ -234,6 +329,12 @@ def nnx_recipe(model: Any, rules: Any = None, *,
   :func:`~jaxfp8._src.mx.serving.quantize_params`) multiplies it as packed,
   with its rule's MX recipe for the activations, or weight-only under a
   rule of None or no rule. Paths are the attribute paths joined by ``/``.
+
+  Grouped GEMMs (mixture of experts): an attribute of any module that
+  holds ``jax.lax.ragged_dot`` (a layer calling ``self.up(x, w,
+  group_sizes)``) becomes an :class:`NnxRecipeRaggedDot` of the rule
+  matching ``module path/attribute`` (``blocks/0/moe/up``): give each
+  grouped GEMM its own attribute (each keeps its own delayed state).
 
   Args:
     model: an ``nnx.Module``.
@@ -247,12 +348,15 @@ def nnx_recipe(model: Any, rules: Any = None, *,
       is gathered to (``PartitionSpec()``: whole); its codes and scales
       are gathered instead of float32 values (see the core
       ``dot_general``). None: XLA gathers what the GEMMs read.
+    experts: the experts of the model's grouped GEMMs, for the per-expert
+      state of a delayed recipe matching one (unused otherwise).
 
   Returns:
     ``model`` (changed in place), for chaining.
 
   Raises:
-    ValueError: bad rules, or a matching recipe needs keys and ``rngs`` is
+    ValueError: bad rules, a matching recipe needs keys and ``rngs`` is
+      None, or a delayed recipe matches a grouped GEMM and ``experts`` is
       None.
 
   >>> from flax import nnx
@@ -267,6 +371,19 @@ def nnx_recipe(model: Any, rules: Any = None, *,
     raise TypeError(f"`rngs` argument to `{fn}` must be None or an nnx.Rngs, "
                     f"got {type(rngs).__name__}")
   rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
+  if experts is not None:
+    experts = validate.check_size(experts, "experts", fn, minimum=1)
+
+  def keyed(recipe, path):
+    if recipe is not None and recipe.needs_key and rngs is None:
+      raise ValueError(f"`{fn}`: the recipe {recipe.name!r} of {path!r} "
+                       "rounds stochastically or applies a random Hadamard "
+                       "transform and needs a key per call; pass "
+                       "rngs=nnx.Rngs(recipe=seed)")
+    return recipe
+
+  replace_ragged(model, lambda path: keyed(
+      rules_lib.layer_recipe(rules, path), path), experts=experts, rngs=rngs)
 
   def dot_for(path, packed):
     recipe = rules_lib.layer_recipe(rules, path)
@@ -274,11 +391,7 @@ def nnx_recipe(model: Any, rules: Any = None, *,
       if not packed:
         return None
       recipe = registry.get_recipe(None)  # weight-only
-    if recipe.needs_key and rngs is None:
-      raise ValueError(f"`{fn}`: the recipe {recipe.name!r} of {path!r} "
-                       "rounds stochastically or applies a random Hadamard "
-                       "transform and needs a key per call; pass "
-                       "rngs=nnx.Rngs(recipe=seed)")
+    keyed(recipe, path)
     return NnxRecipeDotGeneral(recipe, rngs=rngs, rhs_sharding=rhs_sharding)
 
   return replace_layers(model, dot_for)

@@ -19,6 +19,10 @@ from jaxfp8._src.mx.formats import get_format as get_mx_format
 from jaxfp8._src.recipes.spec import Quantizer
 
 _HIGHEST = lax.Precision.HIGHEST
+# lax's own functions, held from import: the linen face points the name
+# jax.lax.ragged_dot at the recipe op while a matching module runs.
+LAX_RAGGED_DOT = lax.ragged_dot
+_LAX_RAGGED_DOT_GENERAL = lax.ragged_dot_general
 # The weight gradient's form of lax.ragged_dot_general: lhs (rows, k) and
 # rhs (rows, n) contract their ragged rows; the result is (G, k, n).
 _WGRAD_DIMS = lax.RaggedDotDimensionNumbers(
@@ -122,7 +126,7 @@ def _batched(fn):
 def grouped_dot(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Array:
   """``a (rows, k) . b[g] (k, n)`` for the rows of group ``g``, float32
   at HIGHEST (rows past the groups zero)."""
-  return lax.ragged_dot(a, b, sizes, precision=_HIGHEST,
+  return LAX_RAGGED_DOT(a, b, sizes, precision=_HIGHEST,
                         preferred_element_type=jnp.float32)
 
 
@@ -130,5 +134,6 @@ def grouped_dot(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Array:
 def grouped_wgrad(a: jax.Array, b: jax.Array, sizes: jax.Array) -> jax.Array:
   """``a_g^T . b_g`` (G, k, n) over each group's rows of ``a (rows, k)``
   and ``b (rows, n)``, float32 at HIGHEST."""
-  return lax.ragged_dot_general(a, b, sizes, _WGRAD_DIMS, precision=_HIGHEST,
-                                preferred_element_type=jnp.float32)
+  return _LAX_RAGGED_DOT_GENERAL(a, b, sizes, _WGRAD_DIMS,
+                                 precision=_HIGHEST,
+                                 preferred_element_type=jnp.float32)
