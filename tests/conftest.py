@@ -47,6 +47,8 @@ _LONG_FIRST = (
     "tests/fp8/test_sharded_training.py",
     "tests/es/test_es_sharding.py",
     "tests/recipes/test_transformer_example.py",
+    "tests/recipes/test_moe_example.py::test_quick_run_trains_every_recipe",
+    "tests/recipes/test_ragged.py::test_experts_sharded",
     "tests/es/test_evolve_snn_example.py",
     "tests/es/test_evosax_strategy.py::test_jaxfp8_es_imports_without_evosax",
     "tests/es/test_evosax_strategy.py::test_sharded_population_matches_one_device",

@@ -16,6 +16,12 @@ one run, with JAX's caches cleared first so that no recipe reuses another's
 traced pieces), minus the step's median, also as a ratio to bf16's. The
 first calls run in a shuffled order too, before the timed rounds.
 
+``--moe``: the same stack as grouped GEMMs (mixture of experts): each
+layer is ``--experts`` weights ``width x width`` and the rows, sorted by
+expert, are split among them by fixed uneven group sizes (a multinomial
+draw, seed 0); every GEMM of the step runs through
+``jaxfp8.recipes.ragged_dot`` (``float32``: ``lax.ragged_dot``).
+
 On a CPU every narrow GEMM is emulated (quantize, exact dequantize, float32
 product), so the ratios say what each recipe's quantization costs, not what
 it would gain on hardware with narrow tensor cores.
@@ -27,7 +33,9 @@ import random
 import time
 
 import jax
+from jax import lax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxfp8 import recipes
 from jaxfp8.tools import timing
@@ -38,15 +46,22 @@ RECIPES = ("fp8_current", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4",
 _DIMS = (((1,), (0,)), ((), ()))  # x (batch, in) . w (in, out)
 
 
-def training_step(recipe, layers: int, *, rhs_sharding=None):
+def training_step(recipe, layers: int, *, rhs_sharding=None,
+                  group_sizes=None):
   """A jitted ``(weights, states, x, y) -> (loss, grads, next states)``;
   ``rhs_sharding``: the recipes' ``dot_general`` option (the sharding the
-  weights are gathered to, narrow)."""
+  weights are gathered to, narrow); ``group_sizes``: grouped GEMMs
+  (weights ``(experts, in, out)``) with these group sizes."""
   key = jax.random.key(1) if recipe is not None and recipe.needs_key else None
 
   def loss(ws, states, x, y):
     for i, w in enumerate(ws):
-      if recipe is None:
+      if group_sizes is not None:
+        x = (lax.ragged_dot(x, w, group_sizes) if recipe is None else
+             recipes.ragged_dot(
+                 x, w, group_sizes, recipe=recipe, state=states[i],
+                 key=None if key is None else jax.random.fold_in(key, i)))
+      elif recipe is None:
         x = jnp.dot(x, w)
       else:
         x = recipes.dot_general(
@@ -86,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                       help="comma-separated recipe names (bf16 and float32 "
                            "are always timed)")
   parser.add_argument("--repeats", type=int_at_least(1), default=7)
+  parser.add_argument("--moe", action="store_true",
+                      help="grouped GEMMs (jaxfp8.recipes.ragged_dot): each "
+                           "layer EXPERTS weights, the rows split among "
+                           "them unevenly")
+  parser.add_argument("--experts", type=int_at_least(1), default=8,
+                      help="experts per layer under --moe")
   parser.add_argument("--quick", action="store_true",
                       help="a smoke test: width 64, batch 32, 2 layers, "
                            "one timed round")
@@ -99,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
   k = jax.random.split(jax.random.key(0), args.layers + 2)
   x = jax.random.normal(k[0], (args.batch, args.width))
   y = jax.random.normal(k[1], (args.batch, args.width))
-  ws = [jax.random.normal(ki, (args.width, args.width)) / args.width ** 0.5
-        for ki in k[2:]]
+  shape = ((args.experts,) if args.moe else ()) + (args.width, args.width)
+  ws = [jax.random.normal(ki, shape) / args.width ** 0.5 for ki in k[2:]]
+  sizes = None
+  if args.moe:  # rows per expert: fixed, uneven
+    sizes = jnp.asarray(np.random.default_rng(0).multinomial(
+        args.batch, [1 / args.experts] * args.experts), jnp.int32)
   names = ["float32", "bf16"] + [n for n in args.recipes
                                  if n not in ("float32", "bf16")]
   fns, first = {}, {}
@@ -108,19 +133,23 @@ def main(argv: list[str] | None = None) -> int:
   random.Random(0).shuffle(order)
   for name in order:
     recipe = None if name == "float32" else recipes.get_recipe(name)
-    states = [None if recipe is None else recipes.init_state(recipe)
-              for _ in ws]
+    states = [None if recipe is None else recipes.init_state(
+        recipe, experts=args.experts if args.moe else None) for _ in ws]
     jax.clear_caches()
     t0 = time.perf_counter()
-    step = training_step(recipe, args.layers).lower(ws, states, x, y).compile()
+    step = training_step(recipe, args.layers, group_sizes=sizes).lower(
+        ws, states, x, y).compile()
     jax.block_until_ready(step(ws, states, x, y))
     first[name] = time.perf_counter() - t0
     fns[name] = (lambda step=step, states=states: step(ws, states, x, y))
   med = timing.interleaved_medians(fns, repeats=args.repeats,
                                    warmup=1 if args.quick else 2)
   comp = {n: max(first[n] - med[n], 0.0) for n in names}
-  print(f"# training step (forward + backward), {args.layers} Dense layers "
-        f"{args.width} x {args.width}, batch {args.batch}, jax "
+  what = (f"{args.layers} grouped layers of {args.experts} experts "
+          f"{args.width} x {args.width} (rows per expert "
+          f"{np.asarray(sizes).tolist()})" if args.moe else
+          f"{args.layers} Dense layers {args.width} x {args.width}")
+  print(f"# training step (forward + backward), {what}, batch {args.batch}, jax "
         f"{jax.__version__}, {jax.default_backend()}, "
         f"{timing.cpu_name()}")
   print("ratios: median step time over the same-run median of the bf16 "
