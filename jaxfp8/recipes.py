@@ -9,8 +9,10 @@ own. One Flax face for each API applies them: ``RecipeDotGeneral`` and
 ``linen_recipe`` for linen (state in the :data:`OVERWRITE_WITH_GRADIENT`
 collection, keys from the ``"recipe"`` rng stream),
 ``NnxRecipeDotGeneral``, ``NnxRecipeRaggedDot``, ``nnx_recipe``,
-``NnxRecipeState`` and ``nnx_apply_recipe_state`` for nnx. The Flax names
-load Flax on first use.
+``NnxRecipeState`` and ``nnx_apply_recipe_state`` for nnx; Qwix's
+``quantize_model`` runs them through ``QwixRecipeProvider`` and
+``QwixRecipeRule`` (extra ``jaxfp8[qwix]``). The Flax and Qwix names load
+those libraries on first use.
 
 >>> import jaxfp8
 >>> jaxfp8.recipes.get_recipe("fp8_blockwise").fwd[1].block
@@ -34,7 +36,8 @@ _FLAX_NAMES: dict[str, str] = {
     name: "jaxfp8._src.faces." + module for name, module in (
         ("RecipeDotGeneral", "linen"), ("linen_recipe", "linen"),
         ("NnxRecipeDotGeneral", "nnx"), ("NnxRecipeRaggedDot", "nnx"),
-        ("NnxRecipeState", "nnx"),
+        ("NnxRecipeState", "nnx"), ("QwixRecipeProvider", "qwix_provider"),
+        ("QwixRecipeRule", "qwix_provider"),
         ("nnx_apply_recipe_state", "nnx"), ("nnx_recipe", "nnx"))}
 
 __getattr__ = _deprecation.module_getattr("jaxfp8.recipes", {}, _FLAX_NAMES)

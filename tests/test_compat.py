@@ -10,6 +10,7 @@ import inspect
 
 import jax
 import numpy as np
+import pytest
 
 import jaxfp8  # noqa: F401  (importing it guards the constant handlers)
 from jaxfp8._src import compat
@@ -112,3 +113,23 @@ def test_mosaic_gpu_mixed_fp8_is_what_wgmma_takes():
     assert "Mixed input dtypes" in str(e)
     lowered = False
   assert lowered == compat.mosaic_gpu_mixed_fp8()
+
+
+def test_the_qwix_hooks_the_provider_relies_on_are_where_pinned():
+  """Each hook of compat.QWIX_HOOKS by name: a Qwix release that moves one
+  fails here, naming it."""
+  pytest.importorskip("qwix")
+  import importlib  # pylint: disable=g-import-not-at-top
+  for path in compat.QWIX_HOOKS:
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+      try:
+        obj = importlib.import_module(".".join(parts[:cut]))
+      except ImportError:
+        continue
+      for attr in parts[cut:]:
+        obj = getattr(obj, attr, None)
+      assert callable(obj), f"Qwix no longer has {path}"
+      break
+    else:
+      pytest.fail(f"Qwix no longer has {path}")

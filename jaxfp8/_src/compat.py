@@ -275,3 +275,39 @@ def mosaic_gpu_mixed_fp8() -> bool:
   on 0.11.2, so counted as not taking it there.
   """
   return JAX_VERSION >= (0, 12, 0)
+
+
+# ---------------------------------------------------------------------------
+# Qwix (0.1.8): the provider hooks jaxfp8's Qwix face relies on. Three are
+# private; tests/test_compat.py names each, so a Qwix that moves one fails
+# there by name. Qwix is imported on first use (an optional extra).
+
+QWIX_HOOKS = (
+    "qwix.QtProvider._get_current_rule_and_op_id",
+    "qwix._src.utils.flax_util.get_or_create_variable",
+    "qwix._src.utils.flax_util.make_rng",
+)
+
+
+def qwix_rule_and_op_id(provider: Any, op_name: str) -> tuple[Any, Any]:
+  """(the rule matching the running module and ``op_name``, a unique id of
+  this call of it in the module): what Qwix's own providers read."""
+  return provider._get_current_rule_and_op_id(op_name)  # pylint: disable=protected-access
+
+
+def qwix_variable(collection: str, name: str, init: Callable[[], Any]) -> Any:
+  """The value of the running module's variable (linen or nnx), made by
+  ``init`` on first use (Qwix's helper: it also works in non-compact linen
+  modules)."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from qwix._src.utils import flax_util  # pylint: disable=g-import-not-at-top
+  var = flax_util.get_or_create_variable(collection, name, init)
+  # nnx 0.12 deprecates .value for array variables; linen's has only .value.
+  return var[...] if isinstance(var, nnx.Variable) else var.value
+
+
+def qwix_make_rng(stream: str) -> Any:
+  """A fresh key of the running module's ``stream`` (linen: its rng
+  stream; nnx: the module's ``qwix_rngs``)."""
+  from qwix._src.utils import flax_util  # pylint: disable=g-import-not-at-top
+  return flax_util.make_rng(stream)

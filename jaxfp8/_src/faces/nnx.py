@@ -47,6 +47,7 @@ from jaxfp8._src.recipes import ragged
 from jaxfp8._src.recipes import gather
 from jaxfp8._src.recipes import state as recipe_state
 from jaxfp8._src.recipes import layer_state
+from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT
 from jaxfp8._src.recipes import registry
 from jaxfp8._src.recipes import rules as rules_lib
 
@@ -57,6 +58,12 @@ RNG_STREAM = "recipe"
 class NnxRecipeState(nnx.Variable):
   """Delayed-scaling state of a recipe: replace it with its gradient after
   each step (:func:`nnx_apply_recipe_state`)."""
+
+
+# The nnx type of linen's collection of the same state: what Flax's bridges
+# and Qwix (which makes nnx variables by collection name) find under it.
+nnx.register_variable_name(OVERWRITE_WITH_GRADIENT, NnxRecipeState,
+                           overwrite=True)
 
 
 class NnxRecipeDotGeneral(nnx.Module):
