@@ -10,7 +10,6 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from jaxfp8 import recipes

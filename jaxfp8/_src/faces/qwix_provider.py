@@ -36,7 +36,7 @@ import jax
 import qwix
 
 from jaxfp8._src import compat
-from jaxfp8._src.faces import nnx as _  # registers the nnx state's type
+from jaxfp8._src.faces import nnx as _  # noqa: F401  (registers the nnx state type)
 from jaxfp8._src.recipes import core
 from jaxfp8._src.recipes import layer_state
 from jaxfp8._src.recipes import ragged
