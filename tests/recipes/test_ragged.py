@@ -77,7 +77,8 @@ def _token_align(recipe):
 
 def _reference(name, x, w, dy, state):
   """(y, dx, dw) in float64, group by group by the dense rule."""
-  recipe = recipes.get_recipe(name)
+  recipe = name if isinstance(name, recipes.Recipe) else recipes.get_recipe(
+      name)
   keys = gemm_keys(recipe, KEY) if recipe.needs_key else {}
   signs = {g: hadamard.random_signs(k["rht"]) for g, k in keys.items()
            if "rht" in k}
@@ -158,6 +159,28 @@ def test_each_grouped_gemm_is_the_dense_rule_per_group(name):
       np.testing.assert_array_equal(new[role].amax_history[:, 0], amaxes)
     np.testing.assert_array_equal(new["w"].amax_history[:, 0],
                                   np.abs(w).max(axis=(1, 2)))
+
+
+def _square_token_blocks():
+  """fp8_blockwise with x and dy in 128x128 blocks too: blocks spanning
+  rows in the forward and input-gradient GEMMs."""
+  r = recipes.get_recipe("fp8_blockwise")
+  square = r.fwd[1]
+  return dataclasses.replace(r, name="square_tokens", fwd=(square, r.fwd[1]),
+                             dgrad=(square, r.dgrad[1]))
+
+
+def test_blocks_spanning_rows_restart_at_each_group():
+  x, w, dy = _data(1)
+  recipe = _square_token_blocks()
+  y, dx, _, _ = _run(recipe, x, w, dy, None, jnp.array(SIZES, jnp.int32))
+  ry, rdx, _ = _reference(recipe, x, w, dy, None)
+  start = 0
+  for n in SIZES:
+    rs = slice(start, start + n)
+    start += n
+    if n:
+      assert rel(y[rs], ry[rs]) < 1e-6 and rel(dx[rs], rdx[rs]) < 1e-6
 
 
 def test_a_shared_scale_would_differ():

@@ -31,7 +31,9 @@ ceil(n_h / B) B``, where ``B`` is the least common multiple of the
 token-axis block lengths (16 with a Hadamard transform), in a buffer of
 ``round_up(m + G (B - 1), B)`` rows. The quantized values are multiplied
 exactly in float32 at HIGHEST precision by ``lax.ragged_dot`` and
-``lax.ragged_dot_general`` (no fused grouped fp8 kernel yet).
+``lax.ragged_dot_general`` (no fused grouped fp8 kernel yet), back in the
+rows' own layout (the padding rows are zeros), except where a Hadamard
+transform has mixed them into a group's last chunk.
 
 Stochastic rounding reads one 32-bit word per element of the GEMM's view of
 the whole operand in that layout (drawn once with the GEMM's key, as the
@@ -202,13 +204,15 @@ def _core_fwd(lhs, rhs, group_sizes, key, state, static: _Static):
   signs = operand.rht_signs(keys["rht"]) if "rht" in keys else None
   lay = groups.Layout.of(seg, n, _aligns(r)[0])
   a, b = _transformed(lay.put(x32), w32, signs, 1, 1)
-  xq = quantize_rows(a, 1, qx, lay.seg, n_groups, keys.get("x"),
-                     states.get("x"))
+  # Quantized in the group-aligned layout, multiplied in the rows' own:
+  # the padding rows are zeros, and nothing here mixes rows.
+  xq = lay.take(quantize_rows(a, 1, qx, lay.seg, n_groups, keys.get("x"),
+                              states.get("x")))
   wq = quantize_experts(b, 0, qw, keys.get("w"), states.get("w"))
-  out = lay.take(groups.grouped_dot(xq, wq, lay.sizes))
+  out = groups.grouped_dot(xq, wq, n)
   # What the backward GEMMs can reuse: values quantized alike (elementwise
   # quantizers, or square weight blocks), untransformed, in the rows layout.
-  plain = signs is None and lay.dest is None
+  plain = signs is None
   plain_w = signs is None and not any(q is not None and q.transform
                                       for q in r.dgrad)
   x_kept = xq if (plain and gemm.elementwise(qx) and qx == r.wgrad[0]
@@ -240,13 +244,12 @@ def _core_bwd(static: _Static, res, g):
   lay = groups.Layout.of(seg, n, align_d)
   w_src = w_kept if w_kept is not None else operand.float32(rhs)
   a, b = _transformed(lay.put(g32), w_src, signs, 1, 2)
-  dyq = quantize_rows(a, 1, qd, lay.seg, n_groups, keys.get("dy"),
-                      states.get("dy"))
+  dyq = lay.take(quantize_rows(a, 1, qd, lay.seg, n_groups, keys.get("dy"),
+                               states.get("dy")))
   wq = b if w_kept is not None else quantize_experts(
       b, 1, qwd, keys.get("w"), states.get("w"))
-  dx = lay.take(groups.grouped_dot(dyq, wq.transpose(0, 2, 1), lay.sizes))
-  reuse_dy = (signs is None and lay.dest is None and gemm.elementwise(qd)
-              and qd == r.wgrad[1])
+  dx = groups.grouped_dot(dyq, wq.transpose(0, 2, 1), n)
+  reuse_dy = signs is None and gemm.elementwise(qd) and qd == r.wgrad[1]
 
   # dw_g = x_g^T . dy_g, contracting the group's rows.
   qx, qdw = r.wgrad
@@ -262,7 +265,10 @@ def _core_bwd(static: _Static, res, g):
   if not reuse_dy:
     da = quantize_rows(da, 0, qdw, lay.seg, n_groups, keys.get("dy"),
                        states.get("dy"))
-  dw = groups.grouped_wgrad(xa, da, lay.sizes)
+  if signs is None:  # multiplied in the rows' own layout (no padding)
+    dw = groups.grouped_wgrad(lay.take(xa), lay.take(da), n)
+  else:  # the transform mixes a group's padding rows in: all are summed
+    dw = groups.grouped_wgrad(xa, da, lay.sizes)
   return (core.to_dtype(dx, static.lhs_dtype),
           core.to_dtype(dw, static.rhs_dtype), None, None,
           None if state is None else nxt)
