@@ -183,34 +183,10 @@ def make_step(recipe: str, args):
 
 def train(recipe: str, args, train_tokens, eval_tokens):
   """Trains under ``recipe``: (per-step cross-entropy, held-out loss)."""
-  step, loss_fn, (params, scaling, rest, opt_state) = make_step(recipe, args)
+  step, loss_fn, state = make_step(recipe, args)
   evaluate = jax.jit(lambda p, s, r, t: loss_fn(p, s, r, t)[1][0])
-  losses = np.zeros(args.steps)
-  t0 = time.perf_counter()
-  t1 = t0
-  log_every = max(1, args.steps // 5)
-  for i in range(args.steps):
-    params, scaling, rest, opt_state, loss = step(
-        params, scaling, rest, opt_state, train_tokens[i])
-    losses[i] = float(loss)
-    if i == 0:
-      t1 = time.perf_counter()
-    if not math.isfinite(losses[i]):
-      print(f"[{recipe}] step {i + 1}: loss {losses[i]}, stopping")
-      losses[i + 1:] = np.nan
-      break
-    if (i + 1) % log_every == 0 or i == 0 or i + 1 == args.steps:
-      print(f"[{recipe}] step {i + 1}/{args.steps} loss {losses[i]:.4f}",
-            flush=True)
-  t2 = time.perf_counter()
-  chunk = min(len(eval_tokens), 64)
-  held = float(np.mean([evaluate(params, scaling, rest,
-                                 eval_tokens[j:j + chunk])
-                        for j in range(0, len(eval_tokens), chunk)]))
-  per_step = (t2 - t1) / max(1, args.steps - 1)
-  print(f"[{recipe}] heldout {held:.4f}; first step (compiling) "
-        f"{t1 - t0:.1f} s, then {per_step * 1e3:.0f} ms/step", flush=True)
-  return losses, held
+  return transformer_lm.fit(recipe, step, evaluate, state,
+                            train_tokens[:args.steps], eval_tokens)
 
 
 def _positive(text: str) -> int:

@@ -263,15 +263,26 @@ def train(recipe: str, args, train_tokens: np.ndarray,
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, args.lr, warmup_steps=max(1, args.steps // 10),
       decay_steps=args.steps, end_value=args.lr / 10)
-  step, loss_fn, (params, scaling, rest, opt_state) = make_step(
+  step, loss_fn, state = make_step(
       recipe, width=args.width, layers=args.layers, heads=args.heads,
       seq=args.seq, seed=args.seed, lr=schedule)
-
   evaluate = jax.jit(lambda p, s, r, t: loss_fn(p, s, r, t)[0])
-  losses = np.zeros(args.steps)
-  t0 = time.perf_counter()
-  log_every = max(1, args.steps // 5)
-  for i in range(args.steps):
+  return fit(recipe, step, evaluate, state, train_tokens[:args.steps],
+             eval_tokens)
+
+
+def fit(recipe: str, step, evaluate, state, train_tokens: np.ndarray,
+        eval_tokens: np.ndarray) -> tuple[np.ndarray, float]:
+  """Runs ``step(*state, tokens)`` (-> next state and the loss) once per
+  batch of ``train_tokens``, printing progress; returns the per-step
+  losses and ``evaluate(*state[:3], tokens)``'s mean over ``eval_tokens``
+  (in chunks of 64 windows). Shared with examples/moe_lm.py."""
+  params, scaling, rest, opt_state = state
+  steps = len(train_tokens)
+  losses = np.zeros(steps)
+  t0 = t1 = time.perf_counter()
+  log_every = max(1, steps // 5)
+  for i in range(steps):
     params, scaling, rest, opt_state, loss = step(
         params, scaling, rest, opt_state, train_tokens[i])
     losses[i] = float(loss)
@@ -281,15 +292,15 @@ def train(recipe: str, args, train_tokens: np.ndarray,
       print(f"[{recipe}] step {i + 1}: loss {losses[i]}, stopping")
       losses[i + 1:] = np.nan
       break
-    if (i + 1) % log_every == 0 or i == 0 or i + 1 == args.steps:
-      print(f"[{recipe}] step {i + 1}/{args.steps} loss {losses[i]:.4f}",
+    if (i + 1) % log_every == 0 or i == 0 or i + 1 == steps:
+      print(f"[{recipe}] step {i + 1}/{steps} loss {losses[i]:.4f}",
             flush=True)
   t2 = time.perf_counter()
   chunk = min(len(eval_tokens), 64)
   held = float(np.mean([
       evaluate(params, scaling, rest, eval_tokens[j:j + chunk])
       for j in range(0, len(eval_tokens), chunk)]))
-  per_step = (t2 - t1) / max(1, args.steps - 1)
+  per_step = (t2 - t1) / max(1, steps - 1)
   print(f"[{recipe}] heldout {held:.4f}; first step (compiling) "
         f"{t1 - t0:.1f} s, then {per_step * 1e3:.0f} ms/step", flush=True)
   return losses, held

@@ -2,31 +2,18 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
-import sys
 
-_ROOT = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_testing import named_values as _losses
+from example_testing import run_example
+
 _NAMES = ("bf16", "fp8_delayed", "nvfp4")  # --quick's: stateless, state, keys
-
-
-def _losses(line: str, prefix: str) -> dict[str, float]:
-  assert line.startswith(prefix + " "), line
-  pairs = [p.split("=") for p in line.split()[1:]]
-  assert all(len(p) == 2 for p in pairs), line
-  return {k: float(v) for k, v in pairs}
 
 
 def test_quick_run_trains_every_recipe_and_draws_the_curves(tmp_path):
   png = tmp_path / "curves.png"
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-      filter(None, [_ROOT, os.environ.get("PYTHONPATH")]))}
-  proc = subprocess.run(
-      [sys.executable, os.path.join(_ROOT, "examples", "transformer_lm.py"),
-       "--quick", "--out", str(png)],
-      capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+  proc = run_example("transformer_lm.py", "--quick", "--out", str(png),
+                     cwd=tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   final = _losses(lines[-2], "final_loss")

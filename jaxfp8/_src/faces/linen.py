@@ -79,11 +79,21 @@ def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
     ValueError: the recipe needs a key and ``apply`` got no ``"recipe"``
       rng.
   """
-  state = None
   fresh = recipe_state.init_state(recipe, history_length=history_length,
-                          reduction=reduction)
+                                  reduction=reduction)
+  state, key = _state_and_key(module, recipe, fresh, fn=fn)
+  return functools.partial(core.dot_general, recipe=recipe, key=key,
+                           state=state, rhs_sharding=rhs_sharding)
+
+
+def _state_and_key(module: nn.Module, recipe: Any, fresh: Any, *, fn: str,
+                   prefix: str = "") -> tuple[Any, Any]:
+  """(the state ``fresh`` initializes, kept as ``prefix``-named variables
+  of ``_overwrite_with_gradient`` in ``module``'s scope, or None; a fresh
+  key of the ``"recipe"`` stream where ``recipe`` needs one, or None)."""
+  state = None
   if fresh is not None:
-    values = [module.variable(OVERWRITE_WITH_GRADIENT, name,
+    values = [module.variable(OVERWRITE_WITH_GRADIENT, prefix + name,
                               lambda v=v: v).value
               for name, v in layer_state.named_leaves(fresh)]
     state = layer_state.rebuild(jax.tree.structure(fresh), values)
@@ -96,8 +106,7 @@ def layer_dot(module: nn.Module, recipe: Any, *, fn: str,
           f"and needs a key per call; pass rngs={{{RNG_STREAM!r}: key}} to "
           f"apply")
     key = module.make_rng(RNG_STREAM)
-  return functools.partial(core.dot_general, recipe=recipe, key=key,
-                           state=state, rhs_sharding=rhs_sharding)
+  return state, key
 
 
 class RecipeDotGeneral(nn.Module):
@@ -236,22 +245,10 @@ def ragged_layer_dot(module: nn.Module, recipe: Any, *, fn: str,
     del kwargs  # lax's out_sharding: the result follows the operands
     i = calls[0]
     calls[0] += 1
-    state = None
-    if recipe.state_roles:
-      fresh = recipe_state.init_state(recipe, experts=jnp.shape(rhs)[0])
-      values = [module.variable(OVERWRITE_WITH_GRADIENT,
-                                f"ragged_dot_{i}_{name}", lambda v=v: v).value
-                for name, v in layer_state.named_leaves(fresh)]
-      state = layer_state.rebuild(jax.tree.structure(fresh), values)
-    key = None
-    if recipe.needs_key:
-      if not module.has_rng(RNG_STREAM) and not module.is_initializing():
-        raise ValueError(
-            f"`{fn}`: the recipe {recipe.name!r} of {_module_path(module)!r} "
-            f"rounds stochastically or applies a random Hadamard transform "
-            f"and needs a key per call; pass rngs={{{RNG_STREAM!r}: key}} "
-            f"to apply")
-      key = module.make_rng(RNG_STREAM)
+    fresh = (recipe_state.init_state(recipe, experts=jnp.shape(rhs)[0])
+             if recipe.state_roles else None)
+    state, key = _state_and_key(module, recipe, fresh, fn=fn,
+                                prefix=f"ragged_dot_{i}_")
     return ragged.ragged_dot(lhs, rhs, group_sizes, precision,
                              preferred_element_type, group_offset,
                              recipe=recipe, key=key, state=state)

@@ -66,6 +66,28 @@ nnx.register_variable_name(OVERWRITE_WITH_GRADIENT, NnxRecipeState,
                            overwrite=True)
 
 
+def _keep_state(module: nnx.Module, fresh: Any) -> None:
+  """Gives ``module`` the state ``fresh`` initializes as ``state_type``
+  variables by their Flax names (``state_def``, ``state_names``)."""
+  module.state_def = None if fresh is None else jax.tree.structure(fresh)
+  names = []
+  for name, value in (layer_state.named_leaves(fresh) if fresh else ()):
+    setattr(module, name, module.state_type(value))
+    names.append(name)
+  module.state_names = tuple(names)
+
+
+def _call_state_and_key(module: nnx.Module) -> tuple[Any, Any]:
+  """(the module's current state or None, its stream's next key or
+  None): what one call of its recipe binds."""
+  state = None
+  if module.state_def is not None:
+    state = layer_state.rebuild(
+        module.state_def, [getattr(module, n)[...] for n in module.state_names])
+  key = getattr(module.rngs, RNG_STREAM)() if module.rngs is not None else None
+  return state, key
+
+
 class NnxRecipeDotGeneral(nnx.Module):
   """The core ``dot_general`` with any recipe, as an nnx module:
   ``nnx.Linear(..., dot_general=NnxRecipeDotGeneral("fp8_delayed"))``.
@@ -109,23 +131,13 @@ class NnxRecipeDotGeneral(nnx.Module):
     self.rhs_sharding = gather.check_sharding(rhs_sharding, None, fn=fn)
     _check_rngs(rngs, self.recipe, fn)
     self.rngs = rngs if self.recipe.needs_key else None
-    fresh = recipe_state.init_state(self.recipe, history_length=history_length,
-                            reduction=reduction)
-    self.state_def = None if fresh is None else jax.tree.structure(fresh)
-    names = []
-    for name, value in (layer_state.named_leaves(fresh) if fresh else ()):
-      setattr(self, name, self.state_type(value))
-      names.append(name)
-    self.state_names = tuple(names)
+    _keep_state(self, recipe_state.init_state(
+        self.recipe, history_length=history_length, reduction=reduction))
 
   def for_call(self) -> Callable[..., Any]:
     """The plain ``dot_general`` of one call: the recipe with the current
     state and the stream's next key bound."""
-    state = None
-    if self.state_def is not None:
-      state = layer_state.rebuild(
-          self.state_def, [getattr(self, n)[...] for n in self.state_names])
-    key = getattr(self.rngs, RNG_STREAM)() if self.rngs is not None else None
+    state, key = _call_state_and_key(self)
     return functools.partial(core.dot_general, recipe=self.recipe, key=key,
                              state=state, rhs_sharding=self.rhs_sharding)
 
@@ -176,24 +188,14 @@ class NnxRecipeRaggedDot(nnx.Module):
                        f"delayed state per expert; pass experts=G (the "
                        f"experts of the weights it multiplies)")
     self.rngs = rngs if self.recipe.needs_key else None
-    fresh = recipe_state.init_state(
+    _keep_state(self, recipe_state.init_state(
         self.recipe, history_length=history_length, reduction=reduction,
-        experts=experts if self.recipe.state_roles else None)
-    self.state_def = None if fresh is None else jax.tree.structure(fresh)
-    names = []
-    for name, value in (layer_state.named_leaves(fresh) if fresh else ()):
-      setattr(self, name, self.state_type(value))
-      names.append(name)
-    self.state_names = tuple(names)
+        experts=experts if self.recipe.state_roles else None))
 
   def __call__(self, lhs, rhs, group_sizes, precision=None,
                preferred_element_type=None, group_offset=None, **kwargs):
     del kwargs  # lax's out_sharding: the result follows the operands
-    state = None
-    if self.state_def is not None:
-      state = layer_state.rebuild(
-          self.state_def, [getattr(self, n)[...] for n in self.state_names])
-    key = getattr(self.rngs, RNG_STREAM)() if self.rngs is not None else None
+    state, key = _call_state_and_key(self)
     return ragged.ragged_dot(lhs, rhs, group_sizes, precision,
                              preferred_element_type, group_offset,
                              recipe=self.recipe, key=key, state=state)
