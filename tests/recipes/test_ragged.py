@@ -265,6 +265,8 @@ def test_bad_operands_options_and_state_are_refused():
       dataclasses.replace(q, transform="rht") for q in nv.fwd))
   with pytest.raises(ValueError, match="fwd GEMM, whose .* got 40"):
     recipes.ragged_dot(x[:, :40], w[:, :40], s, recipe=rht_fwd, key=KEY)
+  with pytest.raises(ValueError, match=r"init_state\(recipe, experts=4\)"):
+    recipes.ragged_dot(x, w, s, recipe="fp8_delayed")
   dense = recipes.init_state("fp8_delayed")
   with pytest.raises(ValueError, match=r"shape \(4, n\).*experts=4"):
     recipes.ragged_dot(x, w, s, recipe="fp8_delayed", state=dense)

@@ -304,13 +304,6 @@ def _check_group_sizes(group_sizes: Any, n_groups: int, m: int,
   return jnp.asarray(group_sizes).astype(jnp.int32)
 
 
-def _check_state(state: Any, recipe: Recipe, n_groups: int, fn: str):
-  """A delayed recipe's per-expert state: leaves with a leading ``G``."""
-  if state is None or not recipe.state_roles:
-    return check_state(state, recipe, fn=fn)
-  return check_state(state, recipe, fn=fn, experts=n_groups)
-
-
 def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, precision: Any = None,
                preferred_element_type: Any = None, group_offset: Any = None,
                *, recipe: Any = "fp8_current", key: Any = None,
@@ -404,7 +397,8 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, precision: Any = None,
     key = validate.check_single_key(key, fn)
   else:
     key = None
-  state = _check_state(state, recipe, rhs.shape[0], fn)
+  # A delayed recipe's state is per expert: leaves with a leading G.
+  state = check_state(state, recipe, fn=fn, experts=rhs.shape[0])
   static = _Static(recipe, np.dtype(out_dtype), np.dtype(lhs.dtype),
                    np.dtype(rhs.dtype))
   return _core(lhs, rhs, group_sizes, key, state, static)

@@ -39,9 +39,11 @@ def check_state(state: Any, recipe: Recipe, *, fn: str,
   roles = recipe.state_roles
   if state is None:
     if roles:
+      make = ("init_state(recipe)" if experts is None
+              else f"init_state(recipe, experts={experts})")
       raise ValueError(f"`state` argument to `{fn}`: recipe {recipe.name!r} "
                        f"scales {', '.join(roles)} by delayed scaling and "
-                       f"needs a state; make one with init_state(recipe)")
+                       f"needs a state; make one with {make}")
     return None
   if not isinstance(state, Mapping):
     raise TypeError(f"`state` argument to `{fn}` must be a dict of "
