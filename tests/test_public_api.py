@@ -13,6 +13,7 @@ import json
 import pathlib
 import re
 import sys
+import typing
 
 import pytest
 
@@ -36,10 +37,28 @@ def _describe(obj) -> str:
   if callable(obj):
     try:  # object addresses in reprs of defaults vary between runs
       return re.sub(r" at 0x[0-9a-f]+", "",
-                    f"{kind}{inspect.signature(obj)}")
+                    f"{kind}{_signature(obj)}")
     except (TypeError, ValueError):
       return kind
   return kind
+
+
+def _signature(obj) -> inspect.Signature:
+  """``obj``'s signature with the annotations as written in jaxfp8 (strings
+  or forward references: its modules postpone them); evaluated ones, which a class inherits from
+  another library (QwixRecipeRule's Qwix fields) and whose text differs
+  between Python versions (``Union[a, None]``, ``a | None``), left out."""
+  sig = inspect.signature(obj)
+
+  def keep(a, empty):
+    if isinstance(a, typing.ForwardRef):  # a NamedTuple's postponed ones
+      return a.__forward_arg__
+    return a if isinstance(a, str) else empty
+
+  return sig.replace(
+      parameters=[p.replace(annotation=keep(p.annotation, p.empty))
+                  for p in sig.parameters.values()],
+      return_annotation=keep(sig.return_annotation, sig.empty))
 
 
 def current_api() -> dict[str, dict[str, str]]:
