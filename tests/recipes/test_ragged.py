@@ -222,6 +222,11 @@ def test_vmap_over_batches_of_groups():
         xs[i], ws[i])
     for a, b in zip(got, want):
       np.testing.assert_array_equal(a[i], b)
+  # Only the tokens batched (one set of experts and sizes for all).
+  one = lambda a: jax.grad(lambda a: f(a, w, sizes[0]).sum())(a)
+  got = jax.jit(jax.vmap(one))(xs)
+  for i in range(2):
+    np.testing.assert_array_equal(got[i], jax.jit(one)(xs[i]))
 
 
 def test_dtypes_follow_the_operands():
