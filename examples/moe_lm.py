@@ -38,12 +38,10 @@ import argparse
 import math
 import os
 import sys
-import time
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -104,13 +102,7 @@ class Block(nnx.Module):
     self.moe = MoE(width, 2 * width, experts, top_k, rngs=rngs)
 
   def __call__(self, x):
-    b, t, d = x.shape
-    q, k, v = jnp.split(self.qkv(self.ln1(x)), 3, axis=-1)
-    q, k, v = (a.reshape(b, t, self.heads, d // self.heads) for a in (q, k, v))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // self.heads)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    att = jax.nn.softmax(jnp.where(causal, logits, -jnp.inf), axis=-1)
-    x = x + self.proj(jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, t, d))
+    x = transformer_lm.self_attention(self, x)
     y, balance = self.moe(self.ln2(x))
     return x + y, balance
 
@@ -189,25 +181,11 @@ def train(recipe: str, args, train_tokens, eval_tokens):
                             train_tokens[:args.steps], eval_tokens)
 
 
-def _positive(text: str) -> int:
-  value = int(text)
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-  return value
-
-
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="examples/moe_lm.py")
-  parser.add_argument("--quick", action="store_true",
-                      help="CI-sized: a tiny model, few steps, three recipes")
-  parser.add_argument("--recipes", default=None,
-                      help=f"comma-separated, of {','.join(RECIPES)}")
-  parser.add_argument("--steps", type=_positive, default=None)
-  parser.add_argument("--tail", type=_positive, default=None,
-                      help="final_loss averages the last TAIL steps")
+  transformer_lm.add_run_arguments(parser, RECIPES)
   parser.add_argument("--aux", type=float, default=0.01,
                       help="weight of the load-balancing loss")
-  parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args(argv)
   # --quick: two blocks, so that NVFP4 (its last block in high precision)
   # quantizes one.
@@ -216,19 +194,8 @@ def main(argv: list[str] | None = None) -> int:
           if args.quick else
           dict(width=128, layers=4, heads=4, seq=64, batch=8, steps=400,
                lr=2e-3, windows=256, names=",".join(DEFAULT)))
-  names = (args.recipes or size.pop("names")).split(",")
-  size.pop("names", None)
-  bad = [n for n in names if n not in RECIPES]
-  if bad:
-    parser.error(f"argument --recipes: unknown {bad}, expected names of "
-                 f"{','.join(RECIPES)}")
-  for k, v in size.items():
-    if getattr(args, k, None) is None:
-      setattr(args, k, v)
+  names = transformer_lm.resolve_run(parser, args, size, RECIPES)
   args.experts, args.top_k = 8, 2
-  args.tail = args.tail or max(1, args.steps // 10)
-  if args.tail > args.steps:
-    parser.error(f"argument --tail: must be <= --steps ({args.steps})")
   train_bytes, held_bytes, about = transformer_lm.load_corpus()
   print(about)
   train_tokens = transformer_lm.batches(train_bytes, args.steps, args.batch,
@@ -243,19 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         f"blocks of {args.heads} heads and {args.experts} experts (top "
         f"{args.top_k}), context {args.seq} bytes; batch {args.batch}, "
         f"{args.steps} steps")
-  curves, held, t0 = {}, {}, time.perf_counter()
-  for name in names:
-    curves[name], held[name] = train(name, args, train_tokens, eval_tokens)
-  final = {n: float(np.mean(c[-args.tail:])) for n, c in curves.items()}
-  print(f"{len(names)} runs in {time.perf_counter() - t0:.0f} s; final_loss "
-        f"is the mean training cross-entropy of the last {args.tail} steps, "
-        f"heldout_loss the loss on {len(eval_tokens)} held-out windows "
-        f"(nats per byte)")
-  if "bf16" in final:
-    print("ratio_to_bf16 " + " ".join(
-        f"{n}={final[n] / final['bf16']:.4f}" for n in names))
-  print("final_loss " + " ".join(f"{n}={final[n]:.4f}" for n in names))
-  print("heldout_loss " + " ".join(f"{n}={held[n]:.4f}" for n in names))
+  _, held, final = transformer_lm.run_recipes(
+      names, train, args, train_tokens, eval_tokens,
+      what="training cross-entropy")
+  transformer_lm.print_results(names, final, held)
   return 0
 
 

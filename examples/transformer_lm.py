@@ -156,14 +156,21 @@ class Block(nnx.Module):
     self.fc2 = nnx.Linear(4 * width, width, rngs=rngs)
 
   def __call__(self, x):
-    b, t, d = x.shape
-    q, k, v = jnp.split(self.qkv(self.ln1(x)), 3, axis=-1)
-    q, k, v = (a.reshape(b, t, self.heads, d // self.heads) for a in (q, k, v))
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // self.heads)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    att = jax.nn.softmax(jnp.where(causal, logits, -jnp.inf), axis=-1)
-    x = x + self.proj(jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, t, d))
+    x = self_attention(self, x)
     return x + self.fc2(jax.nn.gelu(self.fc1(self.ln2(x))))
+
+
+def self_attention(block, x):
+  """``x`` plus ``block``'s causal self-attention of ``block.ln1(x)`` (its
+  ``qkv`` and ``proj`` layers, ``heads`` heads). Shared with
+  examples/moe_lm.py."""
+  b, t, d = x.shape
+  q, k, v = jnp.split(block.qkv(block.ln1(x)), 3, axis=-1)
+  q, k, v = (a.reshape(b, t, block.heads, d // block.heads) for a in (q, k, v))
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // block.heads)
+  causal = jnp.tril(jnp.ones((t, t), bool))
+  att = jax.nn.softmax(jnp.where(causal, logits, -jnp.inf), axis=-1)
+  return x + block.proj(jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, t, d))
 
 
 class ByteLM(nnx.Module):
@@ -341,34 +348,77 @@ def _positive(text: str) -> int:
   return value
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="examples/transformer_lm.py")
+def add_run_arguments(parser: argparse.ArgumentParser,
+                      names: tuple[str, ...]) -> None:
+  """The options every LM example takes: --quick, --recipes (of
+  ``names``), --steps, --tail, --seed. Shared with examples/moe_lm.py."""
   parser.add_argument("--quick", action="store_true",
                       help="CI-sized: a tiny model, few steps, three recipes")
   parser.add_argument("--recipes", default=None,
-                      help=f"comma-separated, of {','.join(RECIPES)}")
+                      help=f"comma-separated, of {','.join(names)}")
   parser.add_argument("--steps", type=_positive, default=None)
-  parser.add_argument("--out", default="transformer_lm.png")
   parser.add_argument("--tail", type=_positive, default=None,
                       help="final_loss averages the last TAIL steps")
   parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args(argv)
-  size = (dict(width=32, layers=1, heads=2, seq=32, batch=8, steps=24, lr=3e-3,
-               windows=32, names="bf16,fp8_delayed,nvfp4") if args.quick else
-          dict(width=128, layers=4, heads=4, seq=64, batch=8, steps=400,
-               lr=2e-3, windows=256, names=",".join(RECIPES)))
-  names = (args.recipes or size.pop("names")).split(",")
+
+
+def resolve_run(parser: argparse.ArgumentParser, args, size: dict,
+                names: tuple[str, ...]) -> list[str]:
+  """The recipes to run (``--recipes``, else ``size["names"]``, each of
+  ``names``); fills the options left unset from ``size`` and ``--tail``
+  (a tenth of the steps by default), as usage errors where they conflict."""
+  size = dict(size)
+  chosen = (args.recipes or size.pop("names")).split(",")
   size.pop("names", None)
-  bad = [n for n in names if n not in RECIPES]
+  bad = [n for n in chosen if n not in names]
   if bad:
     parser.error(f"argument --recipes: unknown {bad}, expected names of "
-                 f"{','.join(RECIPES)}")
+                 f"{','.join(names)}")
   for k, v in size.items():
     if getattr(args, k, None) is None:
       setattr(args, k, v)
   args.tail = args.tail or max(1, args.steps // 10)
   if args.tail > args.steps:
     parser.error(f"argument --tail: must be <= --steps ({args.steps})")
+  return chosen
+
+
+def run_recipes(names: list[str], train, args, train_tokens: np.ndarray,
+                eval_tokens: np.ndarray, *, what: str):
+  """``train(name, args, train_tokens, eval_tokens)`` for each recipe in
+  turn; prints how long they took and, with bf16 among them, each final
+  ``what`` over bf16's. Returns (curves, held-out losses, final losses: the
+  mean of the last ``args.tail`` steps). Shared with examples/moe_lm.py."""
+  curves, held, t0 = {}, {}, time.perf_counter()
+  for name in names:
+    curves[name], held[name] = train(name, args, train_tokens, eval_tokens)
+  final = {n: float(np.mean(c[-args.tail:])) for n, c in curves.items()}
+  print(f"{len(names)} runs in {time.perf_counter() - t0:.0f} s; final_loss "
+        f"is the mean {what} of the last {args.tail} steps, "
+        f"heldout_loss the loss on {len(eval_tokens)} held-out windows "
+        f"(nats per byte)")
+  if "bf16" in final:
+    print("ratio_to_bf16 " + " ".join(
+        f"{n}={final[n] / final['bf16']:.4f}" for n in names))
+  return curves, held, final
+
+
+def print_results(names: list[str], final: dict, held: dict) -> None:
+  """The two result lines: ``final_loss ...`` then ``heldout_loss ...``."""
+  print("final_loss " + " ".join(f"{n}={final[n]:.4f}" for n in names))
+  print("heldout_loss " + " ".join(f"{n}={held[n]:.4f}" for n in names))
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="examples/transformer_lm.py")
+  add_run_arguments(parser, RECIPES)
+  parser.add_argument("--out", default="transformer_lm.png")
+  args = parser.parse_args(argv)
+  size = (dict(width=32, layers=1, heads=2, seq=32, batch=8, steps=24, lr=3e-3,
+               windows=32, names="bf16,fp8_delayed,nvfp4") if args.quick else
+          dict(width=128, layers=4, heads=4, seq=64, batch=8, steps=400,
+               lr=2e-3, windows=256, names=",".join(RECIPES)))
+  names = resolve_run(parser, args, size, RECIPES)
   train_bytes, held_bytes, about = load_corpus()
   print(about)
   train_tokens = batches(train_bytes, args.steps, args.batch, args.seq,
@@ -380,21 +430,11 @@ def main(argv: list[str] | None = None) -> int:
   print(f"model {n_params} parameters: width {args.width}, {args.layers} "
         f"blocks of {args.heads} heads, context {args.seq} bytes; batch "
         f"{args.batch}, {args.steps} steps")
-  curves, held, t0 = {}, {}, time.perf_counter()
-  for name in names:
-    curves[name], held[name] = train(name, args, train_tokens, eval_tokens)
-  final = {n: float(np.mean(c[-args.tail:])) for n, c in curves.items()}
-  print(f"{len(names)} runs in {time.perf_counter() - t0:.0f} s; final_loss "
-        f"is the mean training loss of the last {args.tail} steps, "
-        f"heldout_loss the loss on {len(eval_tokens)} held-out windows "
-        f"(nats per byte)")
-  if "bf16" in final:
-    print("ratio_to_bf16 " + " ".join(
-        f"{n}={final[n] / final['bf16']:.4f}" for n in names))
+  curves, held, final = run_recipes(names, train, args, train_tokens,
+                                    eval_tokens, what="training loss")
   plot(curves, held, args.out, args.tail)
   print(f"wrote {args.out}")
-  print("final_loss " + " ".join(f"{n}={final[n]:.4f}" for n in names))
-  print("heldout_loss " + " ".join(f"{n}={held[n]:.4f}" for n in names))
+  print_results(names, final, held)
   return 0
 
 
