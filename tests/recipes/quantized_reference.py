@@ -11,6 +11,7 @@ it share no layout code with the recipe core. Shared by the dense
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +140,38 @@ def delayed_state(recipe):
     return None
   return {r: s.update(jnp.float32(3.0)).update(jnp.float32(5.0))
           for r, s in st.items()}
+
+
+def expert_state(recipe, scales):
+  """A delayed recipe's per-expert state (None for others) whose experts'
+  scales differ: amaxes ``scales[g]`` and ``3 scales[g]`` recorded."""
+  st = recipes.init_state(recipe, history_length=4, experts=len(scales))
+  if st is None:
+    return None
+  amax = jnp.array(scales, jnp.float32)
+  up = jax.vmap(lambda s, a: s.update(a).update(3 * a))
+  return {role: up(s, amax) for role, s in st.items()}
+
+
+def token_align(pair):
+  """The group alignment of a GEMM contracting the tokens (the grouped
+  core's ``B``), from its quantizers' token-axis blocks."""
+  lengths = [1]
+  for q in pair:
+    if q is not None and q.kind == "mx":
+      lengths.append(q.block_size or 32)
+    elif q is not None and q.kind in ("block", "nvfp4"):
+      lengths.append(q.block[-1])
+    if q is not None and q.transform:
+      lengths.append(16)
+  return math.lcm(*lengths)
+
+
+def group_amaxes(t, sizes):
+  """The largest magnitude of each group's rows of ``t`` (groups of
+  ``sizes`` consecutive rows from row 0; 0 for an empty one)."""
+  ends = np.cumsum(sizes)
+  return [np.abs(t[e - n:e]).max(initial=0.0) for n, e in zip(sizes, ends)]
 
 
 def rel(a, b):

@@ -14,7 +14,6 @@ group's.
 from __future__ import annotations
 
 import dataclasses
-import math
 import textwrap
 
 import jax
@@ -25,9 +24,12 @@ import pytest
 import multiprocess
 from jaxfp8 import recipes
 from jaxfp8._src.mx import hadamard
+from quantized_reference import expert_state
 from quantized_reference import gemm_keys
+from quantized_reference import group_amaxes
 from quantized_reference import quantized64
 from quantized_reference import rel
+from quantized_reference import token_align
 
 KEY = jax.random.key(5)
 M, K, N = 200, 64, 48
@@ -50,31 +52,6 @@ def _data(seed=0):
   return x, w, dy
 
 
-def _state(recipe):
-  """Per-expert delayed states with different scales (each expert two
-  amaxes of its own recorded)."""
-  st = recipes.init_state(recipe, history_length=4, experts=G)
-  if st is None:
-    return None
-  amax = jnp.array(EXPERT_SCALE, jnp.float32)
-  up = jax.vmap(lambda s, a: s.update(a).update(3 * a))
-  return {role: up(s, amax) for role, s in st.items()}
-
-
-def _token_align(recipe):
-  """The weight gradient's group alignment (the module docstring's ``B``),
-  from the quantizers' token-axis blocks."""
-  lengths = [1]
-  for q in recipe.wgrad:
-    if q is not None and q.kind == "mx":
-      lengths.append(q.block_size or 32)
-    elif q is not None and q.kind in ("block", "nvfp4"):
-      lengths.append(q.block[-1])
-    if q is not None and q.transform:
-      lengths.append(16)
-  return math.lcm(*lengths)
-
-
 def _reference(name, x, w, dy, state):
   """(y, dx, dw) in float64, group by group by the dense rule."""
   recipe = name if isinstance(name, recipes.Recipe) else recipes.get_recipe(
@@ -83,7 +60,7 @@ def _reference(name, x, w, dy, state):
   signs = {g: hadamard.random_signs(k["rht"]) for g, k in keys.items()
            if "rht" in k}
   st = state or {}
-  b = _token_align(recipe)
+  b = token_align(recipe.wgrad)
   rows = -(-(M + G * (b - 1)) // b) * b
   bits = lambda gm, shape: (
       None if "dy" not in keys.get(gm, {}) else np.asarray(
@@ -134,7 +111,7 @@ def _run(name, x, w, dy, state, sizes):
 @pytest.mark.parametrize("name", list(recipes.RECIPES))
 def test_each_grouped_gemm_is_the_dense_rule_per_group(name):
   x, w, dy = _data()
-  state = _state(recipes.get_recipe(name))
+  state = expert_state(recipes.get_recipe(name), EXPERT_SCALE)
   y, dx, dw, new = _run(name, x, w, dy, state, jnp.array(SIZES, jnp.int32))
   ry, rdx, rdw = _reference(name, x, w, dy, state)
   assert y.shape == (M, N) and dx.shape == (M, K) and dw.shape == (G, K, N)
@@ -152,11 +129,8 @@ def test_each_grouped_gemm_is_the_dense_rule_per_group(name):
   assert not np.asarray(y[start:]).any() and not np.asarray(dx[start:]).any()
   if state is not None:  # the next state records each group's own amax
     for role, t in (("x", x), ("dy", dy)):
-      amaxes, start = [], 0
-      for n in SIZES:
-        amaxes.append(np.abs(t[start:start + n]).max(initial=0.0))
-        start += n
-      np.testing.assert_array_equal(new[role].amax_history[:, 0], amaxes)
+      np.testing.assert_array_equal(new[role].amax_history[:, 0],
+                                    group_amaxes(t, SIZES))
     np.testing.assert_array_equal(new["w"].amax_history[:, 0],
                                   np.abs(w).max(axis=(1, 2)))
 

@@ -124,6 +124,15 @@ def split_key(key, first: bool, second: bool):
   return (key if first else None), (key if second else None)
 
 
+def step_keys(key, recipe: Recipe):
+  """(forward key, backward key) of a step's ``key`` (None: none), split
+  as the module docstring says."""
+  if key is None:
+    return None, None
+  bwd = any(recipe.gemm_needs_key(g) for g in ("dgrad", "wgrad"))
+  return split_key(key, recipe.gemm_needs_key("fwd"), bwd)
+
+
 def _kept(op: gemm.Op, q_bwd: Optional[Quantizer], raw):
   """What the forward keeps of an operand for the backward GEMM that
   quantizes it by ``q_bwd``: its codes where that GEMM multiplies the same
@@ -141,9 +150,7 @@ def _core(lhs, rhs, key, state, static: _Static):
 def _core_fwd(lhs, rhs, key, state, static: _Static):
   r = static.recipe
   states = state or {}
-  bwd_key = any(r.gemm_needs_key(g) for g in ("dgrad", "wgrad"))
-  kf, kb = (None, None) if key is None else split_key(
-      key, r.gemm_needs_key("fwd"), bwd_key)
+  kf, kb = step_keys(key, r)
   x32, w32 = operand.float32(lhs), operand.float32(rhs)
   nxt = {role: operand.next_state(v, states[role])
          for role, v in (("x", x32), ("w", w32)) if role in states}

@@ -2,9 +2,10 @@
 
 Rows are assigned to groups as ``lax.ragged_dot`` assigns them
 (:func:`segments`); a :class:`Layout` lays a group's rows out aligned to its
-blocks along the tokens; :func:`grouped_dot` and :func:`grouped_wgrad` are
-lax's ragged products in float32 at HIGHEST, batchable whichever operands
-``vmap`` batches.
+blocks along the tokens; :func:`quantize_rows` quantizes each group's rows
+and :func:`quantize_experts` each expert as a tensor of its own;
+:func:`grouped_dot` and :func:`grouped_wgrad` are lax's ragged products in
+float32 at HIGHEST, batchable whichever operands ``vmap`` batches.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx.formats import get_format as get_mx_format
+from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes.spec import Quantizer
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -100,6 +103,94 @@ class Layout:
     if self.dest is None:
       return y
     return jnp.take(y, self.dest, axis=0, mode="fill", fill_value=0)
+
+
+# -- quantizing per group ----------------------------------------------------------
+
+def _tensor_level(q: Quantizer) -> bool:
+  """Whether ``q`` reads a quantity of the whole tensor (a per-tensor
+  scale, the NVFP4 tensor scale)."""
+  return q.kind in ("tensor", "nvfp4")
+
+
+def _quantize(x: jax.Array, axis: int, q: Quantizer, key, state) -> jax.Array:
+  """The dense rule: float32 values of matrix ``x`` quantized by ``q``
+  along its contracting ``axis``."""
+  if q.kind in ("cast", "tensor"):
+    return operand.dequantize_elementwise(
+        *operand.quantize_tensor(x, q, state))
+  return operand.quantize_along(x, axis, q, key)
+
+
+def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
+                  seg: jax.Array, n_groups: int, key=None,
+                  state=None) -> jax.Array:
+  """float32 values of ``x`` (rows, c), each group's rows (``seg``)
+  quantized by ``q`` along ``axis`` as a tensor of its own (``state``:
+  per-expert leaves); rows of no group as anything."""
+  if q is None:
+    return x
+  if not _tensor_level(q):
+    return _quantize(x, axis, q, key, None)
+
+  def body(g, out):
+    mask = (seg == g)[:, None]
+    st = None if state is None else jax.tree.map(lambda a: a[g], state)
+    v = _quantize(jnp.where(mask, x, 0.0), axis, q, key, st)
+    return jnp.where(mask, v, out)
+
+  return lax.fori_loop(0, n_groups, body, jnp.zeros_like(x))
+
+
+def quantize_experts(w: jax.Array, axis: int, q: Optional[Quantizer],
+                     key=None, state=None) -> jax.Array:
+  """float32 values of each expert ``w[g]`` (G, k, n) quantized by ``q``
+  along its ``axis`` (0: k, 1: n) as a tensor of its own."""
+  if q is None:
+    return w
+  keys = None if key is None else jax.random.split(key, w.shape[0])
+  return jax.vmap(lambda wg, kg, sg: _quantize(wg, axis, q, kg, sg),
+                  in_axes=(0, None if keys is None else 0,
+                           None if state is None else 0))(w, keys, state)
+
+
+def next_rows(x32, seg, n_groups, state):
+  """Per-expert delayed states after recording each group's amax."""
+  def amax(g):
+    if x32.size == 0:
+      return jnp.float32(0)
+    return scaling.amax(jnp.where((seg == g)[:, None], x32, 0.0))
+  amaxes = jax.vmap(amax)(lax.iota(jnp.int32, n_groups))
+  return jax.vmap(lambda s, a: s.update(a))(state, amaxes)
+
+
+def _keys(key, users: list) -> dict:
+  """``{user: key}``: the key to its one user, or split among them in
+  order (the dense core's rule)."""
+  if not users:
+    return {}
+  if len(users) == 1:
+    return {users[0]: key}
+  return dict(zip(users, jax.random.split(key, len(users))))
+
+
+def gemm_keys(key, pair, roles) -> dict:
+  """Keys of one GEMM's consumers: (Hadamard signs, first operand, second
+  operand), each where it needs one."""
+  if key is None:
+    return {}
+  users = (["rht"] if any(q is not None and q.transform for q in pair)
+           else []) + [role for q, role in zip(pair, roles)
+                       if q is not None and q.stochastic]
+  return _keys(key, users)
+
+
+def transformed(a, b, signs, axis_a, axis_b):
+  """Both operands of a GEMM by its Hadamard transform (None: as given)."""
+  if signs is None:
+    return a, b
+  return operand.rht(a, signs, axis_a), operand.rht(b, signs, axis_b)
+
 
 
 # -- the grouped products ----------------------------------------------------------

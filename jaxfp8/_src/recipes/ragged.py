@@ -72,161 +72,122 @@ from jaxfp8._src.recipes.spec import Quantizer
 from jaxfp8._src.recipes.spec import Recipe
 from jaxfp8._src.recipes.state import check_state
 
-# -- quantizing per group ----------------------------------------------------------
+# -- the custom VJP ------------------------------------------------------------
 
-def _tensor_level(q: Quantizer) -> bool:
-  """Whether ``q`` reads a quantity of the whole tensor (a per-tensor
-  scale, the NVFP4 tensor scale)."""
-  return q.kind in ("tensor", "nvfp4")
+# -- the two grouped products -------------------------------------------------
 
+def rows_by_experts(x, w, seg, n, align: int, qx: Optional[Quantizer],
+                    qw: Optional[Quantizer], keys: tuple, states: tuple,
+                    signs, *, w_axis: int):
+  """``x_g . w_g`` for each group: token operand ``x (m, c)`` quantized by
+  ``qx`` along ``c``, group by group in the layout aligned to ``align``;
+  expert operand ``w`` (G, c, f) (``w_axis`` 0) or (G, f, c) (1) by ``qw``
+  along ``c``, expert by expert (None: as given). ``keys`` and ``states``:
+  (of ``x``, of ``w``); ``signs``: a Hadamard transform along ``c``.
 
-def _quantize(x: jax.Array, axis: int, q: Quantizer, key, state) -> jax.Array:
-  """The dense rule: float32 values of matrix ``x`` quantized by ``q``
-  along its contracting ``axis``."""
-  if q.kind in ("cast", "tensor"):
-    return operand.dequantize_elementwise(
-        *operand.quantize_tensor(x, q, state))
-  return operand.quantize_along(x, axis, q, key)
-
-
-def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
-                  seg: jax.Array, n_groups: int, key=None,
-                  state=None) -> jax.Array:
-  """float32 values of ``x`` (rows, c), each group's rows (``seg``)
-  quantized by ``q`` along ``axis`` as a tensor of its own (``state``:
-  per-expert leaves); rows of no group as anything."""
-  if q is None:
-    return x
-  if not _tensor_level(q):
-    return _quantize(x, axis, q, key, None)
-
-  def body(g, out):
-    mask = (seg == g)[:, None]
-    st = None if state is None else jax.tree.map(lambda a: a[g], state)
-    v = _quantize(jnp.where(mask, x, 0.0), axis, q, key, st)
-    return jnp.where(mask, v, out)
-
-  return lax.fori_loop(0, n_groups, body, jnp.zeros_like(x))
+  Returns ``(out (m, f), x quantized in the rows' layout, w quantized)``.
+  """
+  n_groups = n.shape[0]
+  lay = groups.Layout.of(seg, n, align)
+  a, b = groups.transformed(lay.put(x), w, signs, 1, 1 + w_axis)
+  # Quantized in the group-aligned layout, multiplied in the rows' own:
+  # the padding rows are zeros, and nothing here mixes rows.
+  xq = lay.take(groups.quantize_rows(a, 1, qx, lay.seg, n_groups, keys[0],
+                                     states[0]))
+  wq = groups.quantize_experts(b, w_axis, qw, keys[1], states[1])
+  out = groups.grouped_dot(xq, wq if w_axis == 0 else wq.transpose(0, 2, 1),
+                           n)
+  return out, xq, wq
 
 
-def quantize_experts(w: jax.Array, axis: int, q: Optional[Quantizer],
-                     key=None, state=None) -> jax.Array:
-  """float32 values of each expert ``w[g]`` (G, k, n) quantized by ``q``
-  along its ``axis`` (0: k, 1: n) as a tensor of its own."""
-  if q is None:
-    return w
-  keys = None if key is None else jax.random.split(key, w.shape[0])
-  return jax.vmap(lambda wg, kg, sg: _quantize(wg, axis, q, kg, sg),
-                  in_axes=(0, None if keys is None else 0,
-                           None if state is None else 0))(w, keys, state)
+def rows_contracted(a, b, seg, n, align: int, qa: Optional[Quantizer],
+                    qb: Optional[Quantizer], keys: tuple, states: tuple,
+                    signs):
+  """``a_g^T . b_g`` (G, p, q) for each group: token operands ``a (m, p)``
+  and ``b (m, q)`` quantized by ``qa`` and ``qb`` (None: as given) along
+  the group's rows, in the layout aligned to ``align``. ``keys`` and
+  ``states``: (of ``a``, of ``b``); ``signs``: a Hadamard transform along
+  the rows (16-row chunks of the aligned layout)."""
+  n_groups = n.shape[0]
+  lay = groups.Layout.of(seg, n, align)
+  a, b = groups.transformed(lay.put(a), lay.put(b), signs, 0, 0)
+  a = groups.quantize_rows(a, 0, qa, lay.seg, n_groups, keys[0], states[0])
+  b = groups.quantize_rows(b, 0, qb, lay.seg, n_groups, keys[1], states[1])
+  if signs is None:  # multiplied in the rows' own layout (no padding)
+    return groups.grouped_wgrad(lay.take(a), lay.take(b), n)
+  # The transform mixes a group's padding rows in: all of them are summed.
+  return groups.grouped_wgrad(a, b, lay.sizes)
 
 
-def _next_rows(x32, seg, n_groups, state):
-  """Per-expert delayed states after recording each group's amax."""
-  def amax(g):
-    if x32.size == 0:
-      return jnp.float32(0)
-    return scaling.amax(jnp.where((seg == g)[:, None], x32, 0.0))
-  amaxes = jax.vmap(amax)(lax.iota(jnp.int32, n_groups))
-  return jax.vmap(lambda s, a: s.update(a))(state, amaxes)
+def token_align(pair) -> int:
+  """The row alignment of a GEMM contracting the tokens: the least common
+  multiple of its quantizers' blocks along them (16 with a transform)."""
+  lengths = [groups.token_block(q) for q in pair]
+  if any(q is not None and q.transform for q in pair):
+    lengths.append(operand.RHT_SIZE)
+  return math.lcm(*lengths)
 
 
-def _keys(key, users: list) -> dict:
-  """``{user: key}``: the key to its one user, or split among them in
-  order (the dense core's rule)."""
-  if not users:
-    return {}
-  if len(users) == 1:
-    return {users[0]: key}
-  return dict(zip(users, jax.random.split(key, len(users))))
+def signs_of(keys: dict):
+  """The Hadamard signs of a GEMM whose keys are ``keys`` (None: none)."""
+  return operand.rht_signs(keys["rht"]) if "rht" in keys else None
 
 
-def _gemm_keys(key, pair, roles) -> dict:
-  """Keys of one GEMM's consumers: (Hadamard signs, first operand, second
-  operand), each where it needs one."""
-  if key is None:
-    return {}
-  users = (["rht"] if any(q is not None and q.transform for q in pair)
-           else []) + [role for q, role in zip(pair, roles)
-                       if q is not None and q.stochastic]
-  return _keys(key, users)
+def transforms(pair) -> bool:
+  """Whether a GEMM of quantizers ``pair`` applies a Hadamard transform."""
+  return any(q is not None and q.transform for q in pair)
 
 
 # -- the custom VJP ------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class _Static:
+class Static:
+  """What a grouped core's custom VJP holds static."""
   recipe: Recipe
   out_dtype: Any
   lhs_dtype: Any
   rhs_dtype: Any
 
 
-def _aligns(r: Recipe) -> tuple[int, int, int]:
-  """The row alignment of the forward, input-gradient and weight-gradient
-  GEMMs' token operands."""
-  wg = [groups.token_block(q) for q in r.wgrad]
-  if any(q is not None and q.transform for q in r.wgrad):
-    wg.append(operand.RHT_SIZE)
-  return (groups.row_block(r.fwd[0]), groups.row_block(r.dgrad[0]),
-          math.lcm(*wg))
-
-
-def _transformed(a, b, signs, axis_a, axis_b):
-  """Both operands of a GEMM by its Hadamard transform (None: as given)."""
-  if signs is None:
-    return a, b
-  return operand.rht(a, signs, axis_a), operand.rht(b, signs, axis_b)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _core(lhs, rhs, group_sizes, key, state, static: _Static):
+def _core(lhs, rhs, group_sizes, key, state, static: Static):
   return _core_fwd(lhs, rhs, group_sizes, key, state, static)[0]
 
 
-def _core_fwd(lhs, rhs, group_sizes, key, state, static: _Static):
+def _core_fwd(lhs, rhs, group_sizes, key, state, static: Static):
   r = static.recipe
   states = state or {}
   n_groups = rhs.shape[0]
-  bwd_key = any(r.gemm_needs_key(g) for g in ("dgrad", "wgrad"))
-  kf, kb = (None, None) if key is None else core.split_key(
-      key, r.gemm_needs_key("fwd"), bwd_key)
+  kf, kb = core.step_keys(key, r)
   x32, w32 = operand.float32(lhs), operand.float32(rhs)
   seg = groups.segments(group_sizes, x32.shape[0])
   n = groups.counts(seg, n_groups)
   nxt = {}
   if "x" in states:
-    nxt["x"] = _next_rows(x32, seg, n_groups, states["x"])
+    nxt["x"] = groups.next_rows(x32, seg, n_groups, states["x"])
   if "w" in states:
     nxt["w"] = jax.vmap(operand.next_state)(w32, states["w"])
   qx, qw = r.fwd
-  keys = _gemm_keys(kf, r.fwd, ("x", "w"))
-  signs = operand.rht_signs(keys["rht"]) if "rht" in keys else None
-  lay = groups.Layout.of(seg, n, _aligns(r)[0])
-  a, b = _transformed(lay.put(x32), w32, signs, 1, 1)
-  # Quantized in the group-aligned layout, multiplied in the rows' own:
-  # the padding rows are zeros, and nothing here mixes rows.
-  xq = lay.take(quantize_rows(a, 1, qx, lay.seg, n_groups, keys.get("x"),
-                              states.get("x")))
-  wq = quantize_experts(b, 0, qw, keys.get("w"), states.get("w"))
-  out = groups.grouped_dot(xq, wq, n)
+  keys = groups.gemm_keys(kf, r.fwd, ("x", "w"))
+  signs = signs_of(keys)
+  out, xq, wq = rows_by_experts(
+      x32, w32, seg, n, groups.row_block(qx), qx, qw,
+      (keys.get("x"), keys.get("w")), (states.get("x"), states.get("w")),
+      signs, w_axis=0)
   # What the backward GEMMs can reuse: values quantized alike (elementwise
   # quantizers, or square weight blocks), untransformed, in the rows layout.
-  plain = signs is None
-  plain_w = signs is None and not any(q is not None and q.transform
-                                      for q in r.dgrad)
-  x_kept = xq if (plain and gemm.elementwise(qx) and qx == r.wgrad[0]
-                  and not any(q is not None and q.transform
-                              for q in r.wgrad)) else None
-  w_kept = wq if plain_w and qw is not None and (
-      (gemm.elementwise(qw) and qw == r.dgrad[1])
-      or gemm.shares_quantized(qw, r.dgrad[1], (0,))) else None
+  x_kept = xq if (signs is None and gemm.elementwise(qx) and qx == r.wgrad[0]
+                  and not transforms(r.wgrad)) else None
+  w_kept = wq if signs is None and not transforms(r.dgrad) and (
+      qw is not None) and (
+          (gemm.elementwise(qw) and qw == r.dgrad[1])
+          or gemm.shares_quantized(qw, r.dgrad[1], (0,))) else None
   res = (lhs if x_kept is None else None, x_kept,
          rhs if w_kept is None else None, w_kept, seg, n, kb, state, nxt)
   return core.to_dtype(out, static.out_dtype), res
 
 
-def _core_bwd(static: _Static, res, g):
+def _core_bwd(static: Static, res, g):
   lhs, x_kept, rhs, w_kept, seg, n, kb, state, nxt = res
   r = static.recipe
   states = state or {}
@@ -234,41 +195,28 @@ def _core_bwd(static: _Static, res, g):
   kd, kw = (None, None) if kb is None else core.split_key(kb, True, True)
   g32 = operand.float32(g)
   if "dy" in states:
-    nxt = dict(nxt, dy=_next_rows(g32, seg, n_groups, states["dy"]))
-  _, align_d, align_w = _aligns(r)
+    nxt = dict(nxt, dy=groups.next_rows(g32, seg, n_groups, states["dy"]))
 
   # dx_g = dy_g . w_g^T, contracting n.
   qd, qwd = r.dgrad
-  keys = _gemm_keys(kd, r.dgrad, ("dy", "w"))
-  signs = operand.rht_signs(keys["rht"]) if "rht" in keys else None
-  lay = groups.Layout.of(seg, n, align_d)
-  w_src = w_kept if w_kept is not None else operand.float32(rhs)
-  a, b = _transformed(lay.put(g32), w_src, signs, 1, 2)
-  dyq = lay.take(quantize_rows(a, 1, qd, lay.seg, n_groups, keys.get("dy"),
-                               states.get("dy")))
-  wq = b if w_kept is not None else quantize_experts(
-      b, 1, qwd, keys.get("w"), states.get("w"))
-  dx = groups.grouped_dot(dyq, wq.transpose(0, 2, 1), n)
+  keys = groups.gemm_keys(kd, r.dgrad, ("dy", "w"))
+  signs = signs_of(keys)
+  dx, dyq, _ = rows_by_experts(
+      g32, w_kept if w_kept is not None else operand.float32(rhs), seg, n,
+      groups.row_block(qd), qd, None if w_kept is not None else qwd,
+      (keys.get("dy"), keys.get("w")), (states.get("dy"), states.get("w")),
+      signs, w_axis=1)
   reuse_dy = signs is None and gemm.elementwise(qd) and qd == r.wgrad[1]
 
   # dw_g = x_g^T . dy_g, contracting the group's rows.
   qx, qdw = r.wgrad
-  keys = _gemm_keys(kw, (qdw, qx), ("dy", "x"))
-  signs = operand.rht_signs(keys["rht"]) if "rht" in keys else None
-  lay = groups.Layout.of(seg, n, align_w)
-  x_src = x_kept if x_kept is not None else operand.float32(lhs)
-  xa, da = lay.put(x_src), lay.put(dyq if reuse_dy else g32)
-  xa, da = _transformed(xa, da, signs, 0, 0)
-  if x_kept is None:
-    xa = quantize_rows(xa, 0, qx, lay.seg, n_groups, keys.get("x"),
-                       states.get("x"))
-  if not reuse_dy:
-    da = quantize_rows(da, 0, qdw, lay.seg, n_groups, keys.get("dy"),
-                       states.get("dy"))
-  if signs is None:  # multiplied in the rows' own layout (no padding)
-    dw = groups.grouped_wgrad(lay.take(xa), lay.take(da), n)
-  else:  # the transform mixes a group's padding rows in: all are summed
-    dw = groups.grouped_wgrad(xa, da, lay.sizes)
+  keys = groups.gemm_keys(kw, (qdw, qx), ("dy", "x"))
+  dw = rows_contracted(
+      x_kept if x_kept is not None else operand.float32(lhs),
+      dyq if reuse_dy else g32, seg, n, token_align(r.wgrad),
+      None if x_kept is not None else qx, None if reuse_dy else qdw,
+      (keys.get("x"), keys.get("dy")), (states.get("x"), states.get("dy")),
+      signs_of(keys))
   return (core.to_dtype(dx, static.lhs_dtype),
           core.to_dtype(dw, static.rhs_dtype), None, None,
           None if state is None else nxt)
@@ -279,17 +227,20 @@ _core.defvjp(_core_fwd, _core_bwd)
 
 # -- the public op ---------------------------------------------------------------
 
-def _check_group_sizes(group_sizes: Any, n_groups: int, m: int,
+def _check_group_sizes(group_sizes: Any, n_groups: Optional[int], m: int,
                        fn: str) -> jax.Array:
-  """``group_sizes`` as an int32 array of shape (G,); a concrete one also
-  non-negative and summing to at most ``m``."""
+  """``group_sizes`` as an int32 array of shape (G,) (``n_groups``; None:
+  any G); a concrete one also non-negative and summing to at most ``m``."""
   dtype = getattr(group_sizes, "dtype", None)
   if dtype is None or not np.issubdtype(np.dtype(dtype), np.integer):
     raise TypeError(f"`group_sizes` argument to `{fn}` must be an integer "
                     f"array, got {type(group_sizes).__name__}"
                     f"{'' if dtype is None else ' of dtype ' + str(dtype)}")
   shape = tuple(group_sizes.shape)
-  if shape != (n_groups,):
+  if n_groups is None and len(shape) != 1:
+    raise ValueError(f"`group_sizes` argument to `{fn}` must be 1-D, one "
+                     f"size per group, got shape {shape}")
+  if n_groups is not None and shape != (n_groups,):
     raise ValueError(f"`group_sizes` argument to `{fn}` must have shape "
                      f"({n_groups},), one size per expert of `rhs`, got "
                      f"{shape}")
@@ -358,7 +309,41 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, precision: Any = None,
   Array([16., 16.,  8.,  8.,  8.,  8.], dtype=float32)
   """
   del precision
-  fn = "ragged_dot"
+  return rows_call("ragged_dot", lhs, rhs, group_sizes,
+                   preferred_element_type, group_offset, recipe=recipe,
+                   key=key, state=state)
+
+
+def rows_call(fn: str, lhs: Any, rhs: Any, group_sizes: Any,
+              preferred_element_type: Any, group_offset: Any, *,
+              recipe: Any, key: Any, state: Any) -> jax.Array:
+  """:func:`ragged_dot` checked and run, errors naming ``fn``."""
+  lhs = core.check_operand(lhs, "lhs", fn)
+  rhs = core.check_operand(rhs, "rhs", fn)
+  if lhs.ndim != 2 or rhs.ndim != 3:
+    raise ValueError(f"`{fn}` takes lhs (m, k) and rhs (G, k, n), got "
+                     f"shapes {lhs.shape} and {rhs.shape}")
+  if lhs.shape[1] != rhs.shape[1]:
+    raise ValueError(f"`{fn}`: lhs {lhs.shape} and rhs {rhs.shape} contract "
+                     f"lengths {lhs.shape[1]} and {rhs.shape[1]}, which "
+                     f"must be equal")
+  recipe, group_sizes, key, state, static = check_call(
+      fn, lhs, rhs, group_sizes, n_groups=rhs.shape[0], m=lhs.shape[0],
+      preferred_element_type=preferred_element_type,
+      group_offset=group_offset, recipe=recipe, key=key, state=state,
+      lengths={"fwd": lhs.shape[1], "dgrad": rhs.shape[2]})
+  return _core(lhs, rhs, group_sizes, key, state, static)
+
+
+def check_call(fn: str, lhs: jax.Array, rhs: jax.Array, group_sizes: Any, *,
+               n_groups: Optional[int], m: int, preferred_element_type: Any,
+               group_offset: Any, recipe: Any, key: Any, state: Any,
+               lengths: dict):
+  """The checks a grouped GEMM's arguments share, after its operands'
+  shapes: ``(recipe, group_sizes, key, state, Static)``. ``n_groups``: the
+  experts of ``rhs`` (None: as many as ``group_sizes`` holds); ``m``: the
+  tokens; ``lengths``: the contracting length of each GEMM that contracts
+  no tokens (a Hadamard transform there needs a multiple of 16)."""
   recipe = registry.get_recipe(recipe)
   if group_offset is not None:
     raise NotImplementedError(f"`group_offset` argument to `{fn}` must be "
@@ -366,23 +351,13 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, precision: Any = None,
   if preferred_element_type is not None:
     preferred_element_type = formats.result_dtype(preferred_element_type,
                                                   fn=fn)
-  lhs = core.check_operand(lhs, "lhs", fn)
-  rhs = core.check_operand(rhs, "rhs", fn)
-  if lhs.ndim != 2 or rhs.ndim != 3:
-    raise ValueError(f"`{fn}` takes lhs (m, k) and rhs (G, k, n), got "
-                     f"shapes {lhs.shape} and {rhs.shape}")
-  if rhs.shape[0] < 1:
-    raise ValueError(f"`rhs` argument to `{fn}` must hold at least one "
-                     f"expert, got shape {rhs.shape}")
-  if lhs.shape[1] != rhs.shape[1]:
-    raise ValueError(f"`{fn}`: lhs {lhs.shape} and rhs {rhs.shape} contract "
-                     f"lengths {lhs.shape[1]} and {rhs.shape[1]}, which "
-                     f"must be equal")
-  group_sizes = _check_group_sizes(group_sizes, rhs.shape[0], lhs.shape[0],
-                                   fn)
-  for g, k in (("fwd", lhs.shape[1]), ("dgrad", rhs.shape[2])):
-    if k % operand.RHT_SIZE and any(
-        q is not None and q.transform for q in getattr(recipe, g)):
+  group_sizes = _check_group_sizes(group_sizes, n_groups, m, fn)
+  n_groups = group_sizes.shape[0]
+  if n_groups < 1:
+    raise ValueError(f"`{fn}` needs at least one group (expert), got "
+                     f"{n_groups}")
+  for g, k in lengths.items():
+    if k % operand.RHT_SIZE and transforms(getattr(recipe, g)):
       raise ValueError(
           f"`{fn}`: recipe {recipe.name!r} applies a random Hadamard "
           f"transform in the {g} GEMM, whose contracting length must be a "
@@ -398,7 +373,7 @@ def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, precision: Any = None,
   else:
     key = None
   # A delayed recipe's state is per expert: leaves with a leading G.
-  state = check_state(state, recipe, fn=fn, experts=rhs.shape[0])
-  static = _Static(recipe, np.dtype(out_dtype), np.dtype(lhs.dtype),
-                   np.dtype(rhs.dtype))
-  return _core(lhs, rhs, group_sizes, key, state, static)
+  state = check_state(state, recipe, fn=fn, experts=n_groups)
+  static = Static(recipe, np.dtype(out_dtype), np.dtype(lhs.dtype),
+                  np.dtype(rhs.dtype))
+  return recipe, group_sizes, key, state, static
