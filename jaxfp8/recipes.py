@@ -4,7 +4,8 @@ A recipe says how each GEMM of a training step (forward, input gradient,
 weight gradient) quantizes its two operands. One ``dot_general`` runs any
 recipe (per-tensor fp8 current or delayed, fp8 blockwise, MXFP8 and the
 other MX formats, the NVFP4 pretraining recipe, bfloat16); ``ragged_dot``
-runs its grouped (mixture-of-experts) GEMMs, every expert a tensor of its
+runs its grouped (mixture-of-experts) GEMMs (``ragged_dot_general`` the
+forms JAX differentiates them into), every expert a tensor of its
 own. One Flax face for each API applies them: ``RecipeDotGeneral`` and
 ``linen_recipe`` for linen (state in the :data:`OVERWRITE_WITH_GRADIENT`
 collection, keys from the ``"recipe"`` rng stream),
@@ -21,6 +22,7 @@ those libraries on first use.
 from jaxfp8._src import deprecation as _deprecation
 from jaxfp8._src.recipes.core import dot_general as dot_general
 from jaxfp8._src.recipes.ragged import ragged_dot as ragged_dot
+from jaxfp8._src.recipes.ragged_general import ragged_dot_general as ragged_dot_general
 from jaxfp8._src.recipes.reference import dot_general_reference as dot_general_reference
 from jaxfp8._src.recipes.state import init_state as init_state
 from jaxfp8._src.recipes.layer_state import OVERWRITE_WITH_GRADIENT as OVERWRITE_WITH_GRADIENT
@@ -50,5 +52,5 @@ def __dir__():
 __all__ = [
     "OVERWRITE_WITH_GRADIENT", "Quantizer", "RECIPES", "Recipe",
     "dot_general", "dot_general_reference", "get_recipe", "init_state",
-    "ragged_dot", "recipe_table", "split_overwrite_with_gradient", *_FLAX_NAMES,
+    "ragged_dot", "ragged_dot_general", "recipe_table", "split_overwrite_with_gradient", *_FLAX_NAMES,
 ]
