@@ -96,6 +96,48 @@ def test_nvfp4_values_are_the_decoded_quantization(block, tensor_scale,
     np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)
 
 
+# Rows 0-15 group 0, 16-31 none, 32-47 group 2 (group 1 empty): tiles of
+# 16 rows stay within a group, as the grouped recipes lay them out.
+_ROW_GROUP = np.repeat(np.array([0, 3, 2], np.int32), 16)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("block", [(1, 16), (16, 1), (16, 16)])
+def test_nvfp4_values_of_row_groups_are_each_group_alone(block, rounding):
+  """``row_groups``: each group's rows quantized as a tensor of its own,
+  bit for bit, in both branches (a group of amax 2^-110 beside one near
+  2^5 takes the exact forms for all)."""
+  values = jax.jit(nvfp4.values, static_argnums=(2,), static_argnames=(
+      "tensor_scale", "scale_mode", "rounding"))
+  group = jax.device_put(_ROW_GROUP)
+  key = jax.random.key(2)
+  rand = None if rounding == "nearest" else jax.random.bits(
+      key, (48, 80), jnp.uint32)
+  inputs = dict(INPUTS, mixed=jax.device_put(np.concatenate(
+      [_scaled(np.asarray(INPUTS["wide"])[:16], -110),
+       np.asarray(INPUTS["wide"])[16:]])))
+  for name, x in inputs.items():
+    got = _bits(nvfp4.values(x, rand, block, tensor_scale="te",
+                             scale_mode="floor", rounding=rounding,
+                             row_groups=(group, 3)))
+    for g in (0, 2):
+      rows = _ROW_GROUP == g
+      alone = jnp.where(jnp.asarray(rows)[:, None], x, 0.0)
+      want = _bits(values(alone, rand, block, tensor_scale="te",
+                          scale_mode="floor", rounding=rounding))
+      np.testing.assert_array_equal(got[rows], want[rows],
+                                    err_msg=f"{name}, group {g}")
+
+
+def test_row_groups_need_the_te_rule_and_a_matrix():
+  group = jnp.zeros((48,), jnp.int32)
+  with pytest.raises(ValueError, match="`row_groups` argument to `values` "
+                     "needs tensor_scale='te'"):
+    nvfp4.values(INPUTS["wide"], None, (1, 16), tensor_scale="pow2",
+                 scale_mode="floor", rounding="nearest",
+                 row_groups=(group, 1))
+
+
 def test_the_plain_branch_below_its_bound_would_be_wrong(monkeypatch):
   # What the bound guards: plain float32 arithmetic on a tensor whose amax
   # is below 2^-100 (XLA on CPU flushes its subnormal steps) gives other

@@ -41,10 +41,10 @@ ROW_SCALE = (2.0**-9, 1.0, 2.0**5, 2.0**-3)
 EXPERT_SCALE = (2.0**3, 2.0**-6, 1.0, 2.0**8)
 
 
-def _data(seed=0):
+def _data(seed=0, row_scale=ROW_SCALE):
   rng = np.random.default_rng(seed)
   group = np.repeat(np.arange(G + 1), list(SIZES) + [M - sum(SIZES)])
-  row = np.array(ROW_SCALE + (1.0,))[group][:, None]
+  row = np.array(tuple(row_scale) + (1.0,))[group][:, None]
   x = (rng.standard_normal((M, K)) * row).astype(np.float32)
   w = (rng.standard_normal((G, K, N))
        * np.array(EXPERT_SCALE)[:, None, None]).astype(np.float32)
@@ -133,6 +133,22 @@ def test_each_grouped_gemm_is_the_dense_rule_per_group(name):
                                     group_amaxes(t, SIZES))
     np.testing.assert_array_equal(new["w"].amax_history[:, 0],
                                   np.abs(w).max(axis=(1, 2)))
+
+
+def test_groups_near_the_bottom_of_float32():
+  """NVFP4's tensor scale per group where one group's amax is below 2^-100
+  (the exact integer forms) and the others' are not: each group's GEMMs
+  still the dense rule of its own rows."""
+  x, w, dy = _data(2, row_scale=(2.0**-110, 1.0, 2.0**5, 2.0**-120))
+  y, dx, dw, _ = _run("nvfp4", x, w, dy, None, jnp.array(SIZES, jnp.int32))
+  ry, rdx, rdw = _reference("nvfp4", x, w, dy, None)
+  start = 0
+  for g, n in enumerate(SIZES):
+    rs = slice(start, start + n)
+    start += n
+    if n:
+      for got, want in ((y[rs], ry[rs]), (dx[rs], rdx[rs]), (dw[g], rdw[g])):
+        assert np.abs(want).sum() > 0 and rel(got, want) < 1e-6, g
 
 
 def _square_token_blocks():

@@ -95,12 +95,12 @@ _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
 _FAST_TENSOR_MIN = np.float32(2.0**-100)
 
 
-def _te_scales(good_max):
-  """Steps 1-4 from finite block maxima: (uint8 e4m3 block-scale codes,
+def _te_scales(good_max, amax):
+  """Steps 1-4 from finite block maxima and the tensor amax (bits; per
+  tile where tensors are groups of tiles): (uint8 e4m3 block-scale codes,
   element encode scales, S_dec)."""
   # Step 1 is blockwise's encode rule with the range 448 * 6 for fmt_max.
-  s_enc = blockwise.encode_scales(jnp.max(good_max, initial=U32(0)), _RANGE,
-                                  "float32")
+  s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
   s_dec = f32.reciprocal(s_enc)
   bmax_f = lax.bitcast_convert_type(good_max, jnp.float32)
   bs = f32.mul_into_narrow(bmax_f, s_enc * _SIXTH)
@@ -115,7 +115,8 @@ def _te_scales(good_max):
 def quantize_tiles(x: jax.Array, rand: jax.Array | None,
                    block: tuple[int, int], *, tensor_scale: str,
                    scale_mode: str, rounding: str,
-                   finish: Callable[[jax.Array], Any] | None = None
+                   finish: Callable[[jax.Array], Any] | None = None,
+                   tile_amax: jax.Array | None = None
                    ) -> tuple[Any, jax.Array, jax.Array]:
   """NVFP4 quantization of float32 ``x`` (..., M, K), in tiles: every NVFP4
   quantizer of jaxfp8 (:func:`quantize`, ``jaxfp8.mx.quantize(x, "nvfp4")``)
@@ -131,12 +132,15 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     rounding: ``"nearest"`` or ``"stochastic"``.
     finish: applied to the codes inside the branch that makes them (the MX
       storage packs them there: XLA then copies nothing); default none.
+    tile_amax: ``"te"`` only: the tensor amax (uint32 bits, finite) each
+      tile takes, broadcastable to (..., Mb, Kb), for tiles grouped into
+      tensors of their own (:func:`group_amax`); default the whole array's.
 
   Returns:
     ``(finish(codes), scale_codes, tensor_scale)``: uint8 e2m1 codes in tiles
     (..., Mb, bm, Kb, bk), 0 in blocks holding NaN or Inf; uint8 e4m3 block
     scale codes (..., Mb, Kb), the NaN code for those blocks; the float32
-    decode tensor scale.
+    decode tensor scale (``tile_amax``'s shape where given).
 
   >>> import jax.numpy as jnp
   >>> codes, sc, ts = quantize_tiles(jnp.full((1, 16), 3.0), None, (1, 16),
@@ -157,8 +161,13 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     # A block with NaN or Inf: codes +0 under the NaN scale.
     return finish(jnp.where(blockwise.per_element(bad), jnp.uint8(0), codes))
 
+  if tile_amax is not None and tensor_scale != "te":
+    raise ValueError(f"`tile_amax` is for tensor_scale='te', got "
+                     f"{tensor_scale!r}")
   if tensor_scale == "te":
-    sc, enc, ts = _te_scales(jnp.where(bad, U32(0), bmax))
+    good = jnp.where(bad, U32(0), bmax)
+    sc, enc, ts = _te_scales(good, jnp.max(good, initial=U32(0))
+                             if tile_amax is None else tile_amax)
     y = f32.mul_into_narrow(t, blockwise.per_element(enc))
     codes = rounding_lib.round_to_codes(
         jnp.where(blockwise.per_element(bad), np.float32(0), y), ELEMENT,
@@ -241,28 +250,49 @@ def _plain_te_values(t, good, bad, amax, rand, rounding: str):
   mag, _ = rounding_lib.limit_magnitude(mag, None, _ELEMENT_FORMAT,
                                         rounding=rounding, saturate=True)
   v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  if s_dec.ndim:
+    s_dec = blockwise.per_element(s_dec)
   out = v * blockwise.per_element(bs) * s_dec
   return jnp.where(blockwise.per_element(bad), np.float32(np.nan), out)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
-                rounding: str):
-  def exact(x, rand):
-    codes, sc, ts = quantize_tiles(
-        x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
-        rounding=rounding,
-        finish=lambda c: elements_lib.element_values(c, _FORMAT))
-    return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
+def group_amax(good: jax.Array, tile_group: jax.Array,
+               n_groups: int) -> jax.Array:
+  """Each tile's tensor amax (bits) where rows of tiles form groups:
+  ``good`` (Mb, Kb) finite tile maxima, ``tile_group`` (Mb,) each tile
+  row's group; tiles of group ``n_groups`` (no group) get 0."""
+  top = jax.ops.segment_max(jnp.max(good, axis=-1), tile_group,
+                            num_segments=n_groups + 1)
+  return jnp.where(tile_group < n_groups, top[tile_group], U32(0))[:, None]
 
-  if tensor_scale != "te":
-    return exact(x, rand)
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 7))
+def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
+                rounding: str, row_group=None, n_groups: int = 0):
   t = blockwise.tiles(x, block)
   bmax = blockwise.tile_amax(t)
   bad = bmax >= bits_lib.INF
   good = jnp.where(bad, U32(0), bmax)
-  amax = jnp.max(good, initial=U32(0))
-  plain = (amax == 0) | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX))
+  if row_group is None:
+    amax = jnp.max(good, initial=U32(0))
+  else:  # a tile row's group is its first row's
+    rows = t.shape[-4] * block[0]
+    first = jnp.pad(row_group, (0, rows - x.shape[-2]),
+                    constant_values=n_groups)[::block[0]]
+    amax = group_amax(good, first, n_groups)
+
+  def exact(x, rand):
+    codes, sc, ts = quantize_tiles(
+        x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
+        rounding=rounding,
+        finish=lambda c: elements_lib.element_values(c, _FORMAT),
+        tile_amax=None if row_group is None else amax)
+    return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
+
+  if tensor_scale != "te":
+    return exact(x, rand)
+  plain = jnp.all((amax == 0)
+                  | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
 
   def fast(x, rand):
     r = None if rand is None else blockwise.tiles(rand, block)
@@ -273,7 +303,8 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
 
 
 def values(x: jax.Array, rand: jax.Array | None, block: tuple[int, int], *,
-           tensor_scale: str, scale_mode: str, rounding: str) -> jax.Array:
+           tensor_scale: str, scale_mode: str, rounding: str,
+           row_groups: tuple[jax.Array, int] | None = None) -> jax.Array:
   """float32 values of ``x`` (..., M, K) quantized into NVFP4 and decoded:
   ``dequantize(*quantize(x, ...))`` bit for bit, in fewer passes (no codes
   or scale arrays are stored). What the recipes' emulated GEMMs multiply.
@@ -284,12 +315,24 @@ def values(x: jax.Array, rand: jax.Array | None, block: tuple[int, int], *,
   below 2^-100) takes plain float32 arithmetic, the others the exact
   integer forms (a ``lax.cond``: one branch runs).
 
+  ``row_groups=(group, G)`` (``"te"``, 2-D ``x``): rows of ``x`` form
+  tensors of their own, ``group`` (M,) int32 each row's (``G``: none, any
+  values), each with its own amax and tensor scale; no tile may hold rows
+  of two groups.
+
   >>> import jax.numpy as jnp
   >>> values(jnp.array([[6.0, 1.0, -0.3] + [0.0] * 13]), None, (1, 16),
   ...        tensor_scale="te", scale_mode="floor", rounding="nearest")[0, :3]
   Array([ 6.0000005,  1.       , -0.5      ], dtype=float32)
   """
-  return _values_jit(x, rand, block, tensor_scale, scale_mode, rounding)
+  if row_groups is None:
+    return _values_jit(x, rand, block, tensor_scale, scale_mode, rounding)
+  if tensor_scale != "te" or x.ndim != 2:
+    raise ValueError(f"`row_groups` argument to `values` needs "
+                     f"tensor_scale='te' and a matrix, got "
+                     f"{tensor_scale!r} and shape {x.shape}")
+  return _values_jit(x, rand, block, tensor_scale, scale_mode, rounding,
+                     row_groups[0], int(row_groups[1]))
 
 
 def scale_values(sc: jax.Array) -> jax.Array:
@@ -301,7 +344,9 @@ def _dequantize_tiles(values_t, block_scales, tensor_scale, shape):
   """``values * block_scale * tensor_scale`` of tiles, rounded once, back in
   ``shape``: :func:`dequantize`'s arithmetic."""
   t = values_t * blockwise.per_element(block_scales)
-  fast = tensor_scale >= _FAST_TENSOR_MIN
+  fast = jnp.all(tensor_scale >= _FAST_TENSOR_MIN)
+  if tensor_scale.ndim:  # per tile
+    tensor_scale = blockwise.per_element(tensor_scale)
   out = lax.cond(fast, lambda t, s: t * s, f32.mul, t, tensor_scale)
   return blockwise.untiles(out, shape)
 

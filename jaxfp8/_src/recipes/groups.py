@@ -132,6 +132,10 @@ def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
     return x
   if not _tensor_level(q):
     return _quantize(x, axis, q, key, None)
+  if q.kind == "nvfp4" and q.scale == "te":
+    # One pass: each group's tensor amax gathered to its tiles (the
+    # layout keeps every tile within a group).
+    return operand.quantize_along(x, axis, q, key, (seg, n_groups))
 
   def body(g, out):
     mask = (seg == g)[:, None]

@@ -136,13 +136,17 @@ def unview_operand(v: jax.Array, shape: Sequence[int], batch: Sequence[int],
 
 
 def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
-                   key: Optional[jax.Array] = None) -> jax.Array:
+                   key: Optional[jax.Array] = None,
+                   row_groups: Optional[tuple[jax.Array, int]] = None
+                   ) -> jax.Array:
   """:func:`quantize_view` of a matrix whose contracting axis is ``axis``
   (0 or 1), in its own layout: the same values as quantizing its view and
   transposing back (tiles are cut transposed; stochastic rounding reads
-  the view's random bits, transposed), without moving the data."""
+  the view's random bits, transposed), without moving the data.
+  ``row_groups``: an NVFP4 quantizer's rows as groups, each a tensor of its
+  own (``nvfp4.values``)."""
   if axis == x32.ndim - 1 or q is None or q.kind in ("cast", "tensor"):
-    return quantize_view(x32, q, key)
+    return quantize_view(x32, q, key, row_groups)
   if q.kind == "block":
     return blockwise.values(x32, block=q.block[::-1], fmt=q.format,
                             scale=q.scale)
@@ -150,7 +154,7 @@ def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
     rand = _stochastic_bits(q, key, x32.shape[::-1])
     return nvfp4.values(x32, None if rand is None else rand.T, q.block[::-1],
                         tensor_scale=q.scale, scale_mode="floor",
-                        rounding=q.rounding)
+                        rounding=q.rounding, row_groups=row_groups)
   if not q.stochastic:  # MX, in place
     return mx_quantize.values(x32, get_mx_format(q.format),
                               block_size=_mx_block(q), axis=axis,
@@ -159,9 +163,12 @@ def quantize_along(x32: jax.Array, axis: int, q: Optional[Quantizer],
 
 
 def quantize_view(v: jax.Array, q: Optional[Quantizer],
-                  key: Optional[jax.Array] = None) -> jax.Array:
+                  key: Optional[jax.Array] = None,
+                  row_groups: Optional[tuple[jax.Array, int]] = None
+                  ) -> jax.Array:
   """The float32 values a view holds after quantizing by ``q`` (None: as
-  given); ``key`` for stochastic rounding."""
+  given); ``key`` for stochastic rounding; ``row_groups`` as
+  :func:`quantize_along`'s."""
   if q is None:
     return v
   if q.kind in ("cast", "tensor"):
@@ -171,7 +178,8 @@ def quantize_view(v: jax.Array, q: Optional[Quantizer],
   if q.kind == "nvfp4":
     rand = _stochastic_bits(q, key, v.shape)
     return nvfp4.values(v, rand, q.block, tensor_scale=q.scale,
-                        scale_mode="floor", rounding=q.rounding)
+                        scale_mode="floor", rounding=q.rounding,
+                        row_groups=row_groups)
   if not q.stochastic:  # decoded in one pass, no packed storage
     return mx_quantize.values(v, get_mx_format(q.format),
                               block_size=_mx_block(q), axis=-1,

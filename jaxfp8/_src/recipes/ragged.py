@@ -23,8 +23,11 @@ rows and its own weight.
 
 How it runs: the weight is quantized per expert (``vmap``); a token operand
 is quantized in one pass where its quantizer has no tensor-level quantity
-(MX, fp8 blockwise, casts), else once per group with the other groups'
-rows masked to zero (a ``fori_loop``: the program holds one quantizer).
+(MX, fp8 blockwise, casts) and by NVFP4 (each group's tensor amax gathered
+to its tiles), per-tensor fp8 once per group with the other groups' rows
+masked to zero (a ``fori_loop``: the program holds one quantizer; a scale
+per row would let XLA divide where the dense rule multiplies by a
+reciprocal, another last bit).
 Where a GEMM's blocks run along the tokens, its operands are laid out
 **group-aligned**: group ``g`` starts at row ``A_g = sum_{h<g}
 ceil(n_h / B) B``, where ``B`` is the least common multiple of the
