@@ -23,6 +23,8 @@ import pytest
 
 import multiprocess
 from jaxfp8 import recipes
+from jaxfp8._src.recipes import groups
+from jaxfp8._src.recipes import operand
 from jaxfp8._src.mx import hadamard
 from quantized_reference import expert_state
 from quantized_reference import gemm_keys
@@ -38,7 +40,10 @@ M, K, N = 200, 64, 48
 SIZES = (5, 0, 150, 30)
 G = len(SIZES)
 ROW_SCALE = (2.0**-9, 1.0, 2.0**5, 2.0**-3)
-EXPERT_SCALE = (2.0**3, 2.0**-6, 1.0, 2.0**8)
+# Not powers of two apart: per-tensor scales that differ by a power of two
+# give the same values in range, and a scale shared across experts would
+# hide.
+EXPERT_SCALE = (1.3 * 2.0**3, 0.7 * 2.0**-6, 1.0, 1.9 * 2.0**8)
 
 
 def _data(seed=0, row_scale=ROW_SCALE):
@@ -149,6 +154,46 @@ def test_groups_near_the_bottom_of_float32():
     if n:
       for got, want in ((y[rs], ry[rs]), (dx[rs], rdx[rs]), (dw[g], rdw[g])):
         assert np.abs(want).sum() > 0 and rel(got, want) < 1e-6, g
+
+
+def _bits(a):
+  return np.asarray(a, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("name,gemm,index,axis", [
+    ("fp8_current", "fwd", 0, 1), ("fp8_delayed", "dgrad", 0, 1),
+    ("nvfp4", "fwd", 0, 1), ("nvfp4", "wgrad", 1, 0)])
+def test_one_pass_per_operand_is_each_group_alone(name, gemm, index, axis):
+  """``quantize_rows`` quantizes every group in one pass: bit for bit
+  each group's rows alone by the dense rule (the other rows zero), with a
+  NaN in one group, a subnormal group and an empty one."""
+  recipe = recipes.get_recipe(name)
+  q = getattr(recipe, gemm)[index]
+  sizes = (16, 0, 48, 32)  # 16-row aligned; 32 rows of no group
+  seg = np.repeat(np.arange(G + 1), list(sizes) + [32]).astype(np.int32)
+  rng = np.random.default_rng(9)
+  scale = np.array([2.0**-128, 1.0, 2.0**7, 2.0**-3, 1.0])[seg][:, None]
+  x = (rng.standard_normal((128, 64)) * scale).astype(np.float32)
+  x[70, 5] = np.nan
+  # Scales apart by other factors than powers of two (which would give the
+  # same values in range).
+  state = expert_state(recipe, (5.0, 0.3, 1.7, 300.0))
+  st = None if state is None else state["dy" if gemm != "fwd" else "x"]
+  got = _bits(groups.quantize_rows(jnp.asarray(x), axis, q,
+                                   jnp.asarray(seg), G, KEY, st))
+  for g, n in enumerate(sizes):
+    if n == 0:
+      continue
+    rows = seg == g
+    alone = jnp.asarray(np.where(rows[:, None], x, np.float32(0)))
+    if q.kind == "tensor":  # the dense rule, its own scale or state
+      one = None if st is None else jax.tree.map(lambda a: a[g], st)
+      want = operand.dequantize_elementwise(
+          *operand.quantize_tensor(alone, q, one))
+    else:
+      want = operand.quantize_along(alone, axis, q, KEY)
+    np.testing.assert_array_equal(got[rows], _bits(want)[rows],
+                                  err_msg=f"group {g}")
 
 
 def _square_token_blocks():
@@ -278,6 +323,8 @@ _SHARDED_CHILD = r"""
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxfp8 import recipes
+from jaxfp8._src.recipes import groups
+from jaxfp8._src.recipes import operand
 
 assert jax.device_count() == 4
 mesh = Mesh(np.array(jax.devices()), ("expert",))

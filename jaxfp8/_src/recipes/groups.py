@@ -15,6 +15,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 
 from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.mx.formats import get_format as get_mx_format
@@ -122,23 +123,51 @@ def _quantize(x: jax.Array, axis: int, q: Quantizer, key, state) -> jax.Array:
   return operand.quantize_along(x, axis, q, key)
 
 
+def group_amaxes(x32: jax.Array, seg: jax.Array, n_groups: int) -> jax.Array:
+  """Each group's largest magnitude (G,) float32 as ``scaling.amax`` takes
+  it (over the magnitudes' bits: subnormals count, NaN wins), 0 for an
+  empty group; rows of no group are left out."""
+  if x32.size == 0:
+    return jnp.zeros((n_groups,), jnp.float32)
+  mag = lax.bitcast_convert_type(x32, jnp.int32) & np.int32(0x7FFFFFFF)
+  top = jax.ops.segment_max(jnp.max(mag, axis=1), seg,
+                            num_segments=n_groups + 1)[:n_groups]
+  top = jnp.maximum(top, 0)  # an empty segment's max is int32's min
+  return jnp.where(top > np.int32(0x7F800000), np.float32(np.nan),
+                   lax.bitcast_convert_type(top, jnp.float32))
+
+
 def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
                   seg: jax.Array, n_groups: int, key=None,
                   state=None) -> jax.Array:
   """float32 values of ``x`` (rows, c), each group's rows (``seg``)
   quantized by ``q`` along ``axis`` as a tensor of its own (``state``:
-  per-expert leaves); rows of no group as anything."""
+  per-expert leaves); rows of no group as anything.
+
+  One pass over ``x``: a per-tensor quantizer divides each row by its
+  group's scale (the same bits as a scalar scale: XLA multiplies by the
+  reciprocal of either broadcast), NVFP4 takes each group's tensor amax
+  per tile (the layout keeps every tile within a group)."""
   if q is None:
     return x
   if not _tensor_level(q):
     return _quantize(x, axis, q, key, None)
   if q.kind == "nvfp4" and q.scale == "te":
-    # One pass: each group's tensor amax gathered to its tiles (the
-    # layout keeps every tile within a group).
     return operand.quantize_along(x, axis, q, key, (seg, n_groups))
+  if q.kind == "tensor" and x.size:
+    if q.delayed:
+      fmt, scales = state.format, state.scale
+    else:
+      sc = operand.scaler(q)
+      fmt = sc.format
+      scales = jax.vmap(lambda a: scaling.compute_scale(
+          a, sc.format, margin=sc.margin, power_of_two=sc.power_of_two))(
+              group_amaxes(x, seg, n_groups))
+    rows = scales[jnp.minimum(seg, n_groups - 1)][:, None]
+    return scaling.dequantize(scaling.quantize(x, fmt, rows), rows)
 
-  def body(g, out):
-    mask = (seg == g)[:, None]
+  def body(g, out):  # NVFP4's "pow2" rule: one pass per group, the others
+    mask = (seg == g)[:, None]  # masked
     st = None if state is None else jax.tree.map(lambda a: a[g], state)
     v = _quantize(jnp.where(mask, x, 0.0), axis, q, key, st)
     return jnp.where(mask, v, out)
@@ -160,12 +189,8 @@ def quantize_experts(w: jax.Array, axis: int, q: Optional[Quantizer],
 
 def next_rows(x32, seg, n_groups, state):
   """Per-expert delayed states after recording each group's amax."""
-  def amax(g):
-    if x32.size == 0:
-      return jnp.float32(0)
-    return scaling.amax(jnp.where((seg == g)[:, None], x32, 0.0))
-  amaxes = jax.vmap(amax)(lax.iota(jnp.int32, n_groups))
-  return jax.vmap(lambda s, a: s.update(a))(state, amaxes)
+  return jax.vmap(lambda s, a: s.update(a))(
+      state, group_amaxes(x32, seg, n_groups))
 
 
 def _keys(key, users: list) -> dict:

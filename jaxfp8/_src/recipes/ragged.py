@@ -22,12 +22,9 @@ rows and its own weight.
   NVFP4 tensor scale of ``x_g``, ``dy_g`` and ``w_g``.
 
 How it runs: the weight is quantized per expert (``vmap``); a token operand
-is quantized in one pass where its quantizer has no tensor-level quantity
-(MX, fp8 blockwise, casts) and by NVFP4 (each group's tensor amax gathered
-to its tiles), per-tensor fp8 once per group with the other groups' rows
-masked to zero (a ``fori_loop``: the program holds one quantizer; a scale
-per row would let XLA divide where the dense rule multiplies by a
-reciprocal, another last bit).
+in one pass over all groups (per-tensor scales and NVFP4's tensor amax
+taken per group, by segment, and gathered to each group's rows or tiles:
+``groups.quantize_rows``).
 Where a GEMM's blocks run along the tokens, its operands are laid out
 **group-aligned**: group ``g`` starts at row ``A_g = sum_{h<g}
 ceil(n_h / B) B``, where ``B`` is the least common multiple of the
