@@ -269,6 +269,16 @@ def group_amax(good: jax.Array, tile_group: jax.Array,
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 7))
 def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
                 rounding: str, row_group=None, n_groups: int = 0):
+  def exact(x, rand, tile_amax=None):
+    codes, sc, ts = quantize_tiles(
+        x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
+        rounding=rounding,
+        finish=lambda c: elements_lib.element_values(c, _FORMAT),
+        tile_amax=tile_amax)
+    return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
+
+  if tensor_scale != "te":
+    return exact(x, rand)
   t = blockwise.tiles(x, block)
   bmax = blockwise.tile_amax(t)
   bad = bmax >= bits_lib.INF
@@ -280,17 +290,6 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
     first = jnp.pad(row_group, (0, rows - x.shape[-2]),
                     constant_values=n_groups)[::block[0]]
     amax = group_amax(good, first, n_groups)
-
-  def exact(x, rand):
-    codes, sc, ts = quantize_tiles(
-        x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
-        rounding=rounding,
-        finish=lambda c: elements_lib.element_values(c, _FORMAT),
-        tile_amax=None if row_group is None else amax)
-    return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
-
-  if tensor_scale != "te":
-    return exact(x, rand)
   plain = jnp.all((amax == 0)
                   | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
 
@@ -299,7 +298,8 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
     return blockwise.untiles(_plain_te_values(t, good, bad, amax, r,
                                               rounding), x.shape)
 
-  return lax.cond(plain, fast, exact, x, rand)
+  tile_amax = None if row_group is None else amax
+  return lax.cond(plain, fast, lambda x, r: exact(x, r, tile_amax), x, rand)
 
 
 def values(x: jax.Array, rand: jax.Array | None, block: tuple[int, int], *,

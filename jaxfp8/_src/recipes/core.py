@@ -43,7 +43,6 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 
 from jaxfp8._src.kernels.mx_matmul import api as mx_api

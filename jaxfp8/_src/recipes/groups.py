@@ -145,9 +145,10 @@ def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
   per-expert leaves); rows of no group as anything.
 
   One pass over ``x``: a per-tensor quantizer divides each row by its
-  group's scale (the same bits as a scalar scale: XLA multiplies by the
-  reciprocal of either broadcast), NVFP4 takes each group's tensor amax
-  per tile (the layout keeps every tile within a group)."""
+  group's scale (the bits of one scalar scale: XLA on CPU divides by
+  either broadcast as a product by its reciprocal; tests/recipes/
+  test_ragged.py checks them), NVFP4 takes each group's tensor amax per
+  tile (the layout keeps every tile within a group)."""
   if q is None:
     return x
   if not _tensor_level(q):
@@ -166,8 +167,10 @@ def quantize_rows(x: jax.Array, axis: int, q: Optional[Quantizer],
     rows = scales[jnp.minimum(seg, n_groups - 1)][:, None]
     return scaling.dequantize(scaling.quantize(x, fmt, rows), rows)
 
-  def body(g, out):  # NVFP4's "pow2" rule: one pass per group, the others
-    mask = (seg == g)[:, None]  # masked
+  # The others (NVFP4's "pow2" rule, no rows): a pass per group, the other
+  # groups' rows masked to zero.
+  def body(g, out):
+    mask = (seg == g)[:, None]
     st = None if state is None else jax.tree.map(lambda a: a[g], state)
     v = _quantize(jnp.where(mask, x, 0.0), axis, q, key, st)
     return jnp.where(mask, v, out)
@@ -223,7 +226,6 @@ def transformed(a, b, signs, axis_a, axis_b):
   if signs is None:
     return a, b
   return operand.rht(a, signs, axis_a), operand.rht(b, signs, axis_b)
-
 
 
 # -- the grouped products ----------------------------------------------------------

@@ -34,7 +34,6 @@ from jaxfp8._src.mx.formats import get_format
 from jaxfp8._src.recipes.mx_recipe import MXRecipe
 from jaxfp8._src.numerics.rounding import operand_float32
 from jaxfp8._src.numerics import validate
-from jaxfp8._src.numerics.host import device_array
 
 
 # -- which GEMMs ran in MX -----------------------------------------------------

@@ -56,11 +56,9 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 
 from jaxfp8._src import compat
-from jaxfp8._src.fp8 import scaling
 from jaxfp8._src.numerics import formats
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.recipes import core

@@ -38,7 +38,6 @@ from typing import Any
 
 import jax
 from jax import lax
-import numpy as np
 
 from jaxfp8._src.recipes import core
 from jaxfp8._src.recipes import groups
