@@ -210,14 +210,18 @@ def _keys(key, users: list) -> dict:
   return dict(zip(users, jax.random.split(key, len(users))))
 
 
+def transforms(pair) -> bool:
+  """Whether a GEMM of quantizers ``pair`` applies a Hadamard transform."""
+  return any(q is not None and q.transform for q in pair)
+
+
 def gemm_keys(key, pair, roles) -> dict:
   """Keys of one GEMM's consumers: (Hadamard signs, first operand, second
   operand), each where it needs one."""
   if key is None:
     return {}
-  users = (["rht"] if any(q is not None and q.transform for q in pair)
-           else []) + [role for q, role in zip(pair, roles)
-                       if q is not None and q.stochastic]
+  users = (["rht"] if transforms(pair) else []) + [
+      role for q, role in zip(pair, roles) if q is not None and q.stochastic]
   return _keys(key, users)
 
 

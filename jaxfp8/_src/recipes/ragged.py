@@ -70,8 +70,6 @@ from jaxfp8._src.recipes.spec import Quantizer
 from jaxfp8._src.recipes.spec import Recipe
 from jaxfp8._src.recipes.state import check_state
 
-# -- the custom VJP ------------------------------------------------------------
-
 # -- the two grouped products -------------------------------------------------
 
 def rows_by_experts(x, w, seg, n, align: int, qx: Optional[Quantizer],
@@ -121,7 +119,7 @@ def token_align(pair) -> int:
   """The row alignment of a GEMM contracting the tokens: the least common
   multiple of its quantizers' blocks along them (16 with a transform)."""
   lengths = [groups.token_block(q) for q in pair]
-  if any(q is not None and q.transform for q in pair):
+  if groups.transforms(pair):
     lengths.append(operand.RHT_SIZE)
   return math.lcm(*lengths)
 
@@ -129,11 +127,6 @@ def token_align(pair) -> int:
 def signs_of(keys: dict):
   """The Hadamard signs of a GEMM whose keys are ``keys`` (None: none)."""
   return operand.rht_signs(keys["rht"]) if "rht" in keys else None
-
-
-def transforms(pair) -> bool:
-  """Whether a GEMM of quantizers ``pair`` applies a Hadamard transform."""
-  return any(q is not None and q.transform for q in pair)
 
 
 # -- the custom VJP ------------------------------------------------------------
@@ -175,8 +168,8 @@ def _core_fwd(lhs, rhs, group_sizes, key, state, static: Static):
   # What the backward GEMMs can reuse: values quantized alike (elementwise
   # quantizers, or square weight blocks), untransformed, in the rows layout.
   x_kept = xq if (signs is None and gemm.elementwise(qx) and qx == r.wgrad[0]
-                  and not transforms(r.wgrad)) else None
-  w_kept = wq if signs is None and not transforms(r.dgrad) and (
+                  and not groups.transforms(r.wgrad)) else None
+  w_kept = wq if signs is None and not groups.transforms(r.dgrad) and (
       qw is not None) and (
           (gemm.elementwise(qw) and qw == r.dgrad[1])
           or gemm.shares_quantized(qw, r.dgrad[1], (0,))) else None
@@ -355,7 +348,7 @@ def check_call(fn: str, lhs: jax.Array, rhs: jax.Array, group_sizes: Any, *,
     raise ValueError(f"`{fn}` needs at least one group (expert), got "
                      f"{n_groups}")
   for g, k in lengths.items():
-    if k % operand.RHT_SIZE and transforms(getattr(recipe, g)):
+    if k % operand.RHT_SIZE and groups.transforms(getattr(recipe, g)):
       raise ValueError(
           f"`{fn}`: recipe {recipe.name!r} applies a random Hadamard "
           f"transform in the {g} GEMM, whose contracting length must be a "
