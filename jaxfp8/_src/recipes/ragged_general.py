@@ -40,6 +40,7 @@ import jax
 from jax import lax
 
 from jaxfp8._src.recipes import core
+from jaxfp8._src.recipes import gemm
 from jaxfp8._src.recipes import groups
 from jaxfp8._src.recipes import operand
 from jaxfp8._src.recipes import ragged
@@ -81,15 +82,19 @@ def _contracted_bwd(static: ragged.Static, res, g):
   # dlhs_g = rhs_g . dout_g^T, contracting n: dout_g (k, n) is the expert.
   qd, qr = r.dgrad
   keys = groups.gemm_keys(kd, r.dgrad, ("dy", "w"))
-  dlhs = ragged.rows_by_experts(
+  signs = ragged.signs_of(keys)
+  dlhs, _, dq = ragged.rows_by_experts(
       operand.float32(rhs), g32, seg, n, groups.row_block(qr), qr, qd,
       (keys.get("w"), keys.get("dy")), (states.get("w"), states.get("dy")),
-      ragged.signs_of(keys), w_axis=1)[0]
-  # drhs_g = lhs_g . dout_g, contracting k.
+      signs, w_axis=1)
+  # drhs_g = lhs_g . dout_g, contracting k. An elementwise quantizer of
+  # dout, the same in both GEMMs, gives the same values: quantized once.
   ql, qdw = r.wgrad
+  reuse = signs is None and gemm.elementwise(qd) and qd == qdw
   keys = groups.gemm_keys(kw, (qdw, ql), ("dy", "x"))
   drhs = ragged.rows_by_experts(
-      operand.float32(lhs), g32, seg, n, groups.row_block(ql), ql, qdw,
+      operand.float32(lhs), dq if reuse else g32, seg, n,
+      groups.row_block(ql), ql, None if reuse else qdw,
       (keys.get("x"), keys.get("dy")), (states.get("x"), states.get("dy")),
       ragged.signs_of(keys), w_axis=0)[0]
   return (core.to_dtype(dlhs, static.lhs_dtype),
