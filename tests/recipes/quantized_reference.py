@@ -104,13 +104,33 @@ def quantized64(t, batch, contract, q, *, key=None, signs=None, state=None,
   nb, nf = len(batch), len(free)
   shape = tt.shape[:nb] + (int(np.prod(tt.shape[nb:nb + nf])),
                            int(np.prod(tt.shape[nb + nf:])))
-  v = jax.device_put(tt.reshape(shape))
+  v = tt.reshape(shape)
+  if key is None:  # no words drawn by shape: the view may grow
+    v, rand = _padded(v), None if rand is None else _padded(rand)
+  v = jax.device_put(v)
   if signs is not None:
     v = hadamard.rht(v, signs)
   out = _values(v, q, key, state, rand).astype(np.float64)
   if signs is not None:
     out = unrht64(out, signs)
+  out = out[..., :shape[-2], :shape[-1]]
   return out.reshape(tt.shape).transpose(np.argsort(perm))
+
+
+def _bucket(n: int) -> int:
+  return max(256, 1 << (n - 1).bit_length())
+
+
+def _padded(v):
+  """``v`` (..., R, C) with zero rows and columns up to a power of two (at
+  least 256), so that views of many sizes (a grouped GEMM's groups, the
+  tests' shapes) share a few compiled quantizers. Zeros change no quantization of the others: no block's or
+  tensor's amax, no 16-chunk's transform (blocks and chunks start at 0),
+  and they quantize to zero."""
+  v = np.asarray(v)
+  r, c = v.shape[-2:]
+  pad = [(0, 0)] * (v.ndim - 2) + [(0, _bucket(r) - r), (0, _bucket(c) - c)]
+  return np.pad(v, pad)
 
 
 def gemm_keys(recipe, key):
