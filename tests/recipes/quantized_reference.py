@@ -124,9 +124,9 @@ def _bucket(n: int) -> int:
 def _padded(v):
   """``v`` (..., R, C) with zero rows and columns up to a power of two (at
   least 256), so that views of many sizes (a grouped GEMM's groups, the
-  tests' shapes) share a few compiled quantizers. Zeros change no quantization of the others: no block's or
-  tensor's amax, no 16-chunk's transform (blocks and chunks start at 0),
-  and they quantize to zero."""
+  tests' shapes) share a few compiled quantizers. Zeros change no
+  quantization of the others (no block's or tensor's amax, no 16-chunk's
+  transform: blocks and chunks start at 0) and quantize to zero."""
   v = np.asarray(v)
   r, c = v.shape[-2:]
   pad = [(0, 0)] * (v.ndim - 2) + [(0, _bucket(r) - r), (0, _bucket(c) - c)]
