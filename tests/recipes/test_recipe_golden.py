@@ -57,8 +57,9 @@ LAST_BIT_ON_AVX2 = {("fp8_current", 2), ("fp8_e5m2_lhs", 2),
 # unquantized operands' (a quantized magnitude is at most twice the
 # element's). Every other leaf and case is compared bit for bit on every
 # host.
-REORDERED_SUMS_ON_AVX512 = {(name, i) for name, case in make_golden.CASES.items()
-                            if case[0] == "mx" for i in (0, 2)}
+REORDERED_SUMS_ON_AVX512 = {
+    (name, i) for name, case in make_golden.CASES.items() if case[0] == "mx"
+    for i in (0, 2)}
 
 
 def _reordered_sum_bounds(name: str) -> list:
