@@ -136,7 +136,7 @@ def _kept(op: gemm.Op, q_bwd: Optional[Quantizer], raw):
   """What the forward keeps of an operand for the backward GEMM that
   quantizes it by ``q_bwd``: its codes where that GEMM multiplies the same
   codes, else the operand as given."""
-  if gemm.elementwise(q_bwd) and q_bwd == op.q:
+  if gemm.same_elementwise(q_bwd, op.q):
     return (op.codes, op.scale)
   return raw
 

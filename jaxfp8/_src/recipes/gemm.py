@@ -50,6 +50,15 @@ def elementwise(q: Optional[Quantizer]) -> bool:
   return q is not None and q.kind in ("tensor", "cast") and not q.transform
 
 
+def same_elementwise(q: Optional[Quantizer],
+                     q_next: Optional[Quantizer]) -> bool:
+  """Whether an operand quantized by ``q`` in one GEMM holds the values
+  ``q_next`` gives it in another: one elementwise quantizer in both (it
+  takes no transform, so neither GEMM does: a GEMM's two operands take the
+  same one)."""
+  return elementwise(q) and q == q_next
+
+
 def mx_pair(qa: Optional[Quantizer], qb: Optional[Quantizer]) -> bool:
   """Whether one MX GEMM of :mod:`jaxfp8._src.recipes.mx_gemm` multiplies them."""
   return (qa is not None and qb is not None and qa.kind == qb.kind == "mx"

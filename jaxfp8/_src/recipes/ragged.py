@@ -167,12 +167,9 @@ def _core_fwd(lhs, rhs, group_sizes, key, state, static: Static):
       signs, w_axis=0)
   # What the backward GEMMs can reuse: values quantized alike (elementwise
   # quantizers, or square weight blocks), untransformed, in the rows layout.
-  x_kept = xq if (signs is None and gemm.elementwise(qx) and qx == r.wgrad[0]
-                  and not groups.transforms(r.wgrad)) else None
-  w_kept = wq if signs is None and not groups.transforms(r.dgrad) and (
-      qw is not None) and (
-          (gemm.elementwise(qw) and qw == r.dgrad[1])
-          or gemm.shares_quantized(qw, r.dgrad[1], (0,))) else None
+  x_kept = xq if gemm.same_elementwise(qx, r.wgrad[0]) else None
+  w_kept = wq if gemm.same_elementwise(qw, r.dgrad[1]) or (
+      gemm.shares_quantized(qw, r.dgrad[1], (0,))) else None
   res = (lhs if x_kept is None else None, x_kept,
          rhs if w_kept is None else None, w_kept, seg, n, kb, state, nxt)
   return core.to_dtype(out, static.out_dtype), res
@@ -197,7 +194,7 @@ def _core_bwd(static: Static, res, g):
       groups.row_block(qd), qd, None if w_kept is not None else qwd,
       (keys.get("dy"), keys.get("w")), (states.get("dy"), states.get("w")),
       signs, w_axis=1)
-  reuse_dy = signs is None and gemm.elementwise(qd) and qd == r.wgrad[1]
+  reuse_dy = gemm.same_elementwise(qd, r.wgrad[1])
 
   # dw_g = x_g^T . dy_g, contracting the group's rows.
   qx, qdw = r.wgrad

@@ -90,7 +90,7 @@ def _contracted_bwd(static: ragged.Static, res, g):
   # drhs_g = lhs_g . dout_g, contracting k. An elementwise quantizer of
   # dout, the same in both GEMMs, gives the same values: quantized once.
   ql, qdw = r.wgrad
-  reuse = signs is None and gemm.elementwise(qd) and qd == qdw
+  reuse = gemm.same_elementwise(qd, qdw)
   keys = groups.gemm_keys(kw, (qdw, ql), ("dy", "x"))
   drhs = ragged.rows_by_experts(
       operand.float32(lhs), dq if reuse else g32, seg, n,
