@@ -183,27 +183,9 @@ def _quantize_jit(x, block, fmt_name: str, scale: str):
 
 # Tiles whose amax is 0 or at least this large keep every step in float32's
 # normal range, for both formats: encode scales <= 57344 * 2^80, decode
-# scales and code * decode products >= 2^-112, and a subnormal element
-# times its encode scale (< 2^-30) rounds to zero either way.
+# scales and code * decode products >= 2^-112. There plain float32
+# arithmetic is the IEEE one.
 _PLAIN_AMAX = np.float32(2.0**-80)
-
-
-def _plain_values(t, amax, fmt: formats.Format, scale: str):
-  """:func:`values` in plain float32 arithmetic, for tiles whose amax is 0
-  or at least :data:`_PLAIN_AMAX`: :func:`quantize`'s steps (its element
-  rounding in the rounding core's magnitude form), then :func:`dequantize`'s
-  product."""
-  bad = amax >= bits_lib.INF
-  enc = encode_scales(jnp.where(bad, U32(0), amax), fmt.max, scale)
-  dec = np.float32(1) / enc
-  y = lax.bitcast_convert_type(t * per_element(enc), U32)
-  mag = rounding_lib.round_magnitude(y & 0x7FFFFFFF, None, fmt,
-                                     rounding="nearest")
-  mag, _ = rounding_lib.limit_magnitude(mag, None, fmt, rounding="nearest",
-                                        saturate=True)
-  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
-  return jnp.where(per_element(bad), np.float32(np.nan),
-                   v * per_element(dec))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
@@ -211,28 +193,37 @@ def _values_jit(x, block, fmt_name: str, scale: str):
   fmt = formats.get(fmt_name)
   t = tiles(x, block)
   amax = tile_amax(t)
-  plain = jnp.all((amax == 0) | (amax >= bits_lib.INF)
+  bad = amax >= bits_lib.INF
+  plain = jnp.all((amax == 0) | bad
                   | (amax >= rounding_lib.f32_bits(_PLAIN_AMAX)))
-
-  def exact(x):
-    codes, dec = _quantize_jit(x, block, fmt_name, scale)
-    return _dequantize_jit(codes.astype(jnp.float32), dec, block)
-
-  return lax.cond(
-      plain, lambda x: untiles(_plain_values(t, amax, fmt, scale), x.shape),
-      exact, x)
+  enc = encode_scales(jnp.where(bad, U32(0), amax), fmt.max, scale)
+  # Per-tile arrays, then the element stage (compiled once, exact for every
+  # amax), then the last product: plain float32 where every tile allows it,
+  # else the exact forms (one branch of each cond runs).
+  dec = lax.cond(plain, lambda e: np.float32(1) / e, f32.reciprocal, enc)
+  # A subnormal element times a large encode scale is exact here; XLA
+  # would flush the element.
+  y = lax.bitcast_convert_type(f32.mul_into_narrow(t, per_element(enc)), U32)
+  mag = rounding_lib.round_magnitude(y & 0x7FFFFFFF, None, fmt,
+                                     rounding="nearest")
+  mag, _ = rounding_lib.limit_magnitude(mag, None, fmt, rounding="nearest",
+                                        saturate=True)
+  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  out = lax.cond(plain, lambda v, d: v * d, f32.mul, v, per_element(dec))
+  return untiles(jnp.where(per_element(bad), np.float32(np.nan), out),
+                 x.shape)
 
 
 def values(x: jax.Array, *, block: tuple[int, int], fmt: str,
            scale: str) -> jax.Array:
-  """float32 values of ``x`` (..., M, K) quantized blockwise and decoded:
+  r"""float32 values of ``x`` (..., M, K) quantized blockwise and decoded:
   ``dequantize(*quantize(x, ...))`` bit for bit, in fewer passes (no codes
   or scales are stored). What the recipes' emulated GEMMs multiply.
 
   Runs inside its callers' jit; arguments are checked (as :func:`quantize`
-  checks them). Where every tile's amax is 0 or at least 2^-80, the steps
-  are plain float32 arithmetic; otherwise the exact forms of
-  :func:`quantize` run (a ``lax.cond``: one branch runs).
+  checks them). Where every tile's amax is 0 or at least 2^-80, the decode
+  scales and the last product are plain float32 arithmetic; otherwise their
+  exact forms run (``lax.cond``\ s: one branch of each runs).
 
   >>> import jax.numpy as jnp
   >>> values(jnp.array([[1.0, -3.0, 0.5, 96.0]]), block=(1, 2),

@@ -95,21 +95,40 @@ _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
 _FAST_TENSOR_MIN = np.float32(2.0**-100)
 
 
-def _te_scales(good_max, amax):
+def _round_scales(bs):
+  """Block scales (float32, finite, >= 0) rounded to nearest in e4m3,
+  saturating, as float32 values: ``round_to(bs, SCALE)``'s values in the
+  rounding core's magnitude form."""
+  mag = rounding_lib.round_magnitude(lax.bitcast_convert_type(bs, U32),
+                                     None, _FORMAT.scale, rounding="nearest")
+  mag, _ = rounding_lib.limit_magnitude(mag, None, _FORMAT.scale,
+                                        rounding="nearest", saturate=True)
+  return lax.bitcast_convert_type(mag, jnp.float32)
+
+
+def _te_scales(good_max, amax, *, exact: bool = True):
   """Steps 1-4 from finite block maxima and the tensor amax (bits; per
-  tile where tensors are groups of tiles): (uint8 e4m3 block-scale codes,
-  element encode scales, S_dec)."""
+  tile where tensors are groups of tiles): (block scales, float32 values of
+  e4m3; element encode scales; S_dec).
+
+  ``exact``: every step the IEEE one for every amax (:mod:`.f32`'s forms).
+  Otherwise plain float32 operations, the same wherever the amax is 0 or
+  at least :data:`_PLAIN_TE_AMAX` (XLA on CPU would flush a step below)."""
   # Step 1 is blockwise's encode rule with the range 448 * 6 for fmt_max.
   s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
-  s_dec = f32.reciprocal(s_enc)
   bmax_f = lax.bitcast_convert_type(good_max, jnp.float32)
-  bs = f32.mul_into_narrow(bmax_f, s_enc * _SIXTH)
-  bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE)
-  d = f32.mul(bs.astype(jnp.float32), s_dec)
-  enc = jnp.minimum(f32.reciprocal(d), f32.F32_MAX)
-  return lax.bitcast_convert_type(bs, jnp.uint8), enc, s_dec
-
-
+  if exact:
+    s_dec = f32.reciprocal(s_enc)
+    bs = f32.mul_into_narrow(bmax_f, s_enc * _SIXTH)
+  else:
+    s_dec = np.float32(1) / s_enc
+    bs = bmax_f * (s_enc * _SIXTH)
+  bs = _round_scales(jnp.minimum(bs, f32.F32_MAX))
+  if exact:
+    enc = f32.reciprocal(f32.mul(bs, s_dec))
+  else:
+    enc = np.float32(1) / (bs * s_dec)
+  return bs, jnp.minimum(enc, f32.F32_MAX), s_dec
 
 
 def quantize_tiles(x: jax.Array, rand: jax.Array | None,
@@ -168,6 +187,8 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     good = jnp.where(bad, U32(0), bmax)
     sc, enc, ts = _te_scales(good, jnp.max(good, initial=U32(0))
                              if tile_amax is None else tile_amax)
+    # The values are e4m3's: the conversion is exact.
+    sc = lax.bitcast_convert_type(sc.astype(_FORMAT.scale.dtype), jnp.uint8)
     y = f32.mul_into_narrow(t, blockwise.per_element(enc))
     codes = rounding_lib.round_to_codes(
         jnp.where(blockwise.per_element(bad), np.float32(0), y), ELEMENT,
@@ -216,43 +237,44 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
   return codes, sc, bits_lib.pow2_float(j)
 
 
-# A tensor amax at least this large (or 0) keeps every step of the "te" rule
-# in float32's normal range: S_dec >= 2^-100 / 2688, block scales times
+# A tensor amax at least this large (or 0) keeps every step of the "te"
+# rule in float32's normal range: S_dec >= 2^-100 / 2688, block scales times
 # S_dec >= 2^-9 * S_dec, encode scales <= 2^122, dequantized values >=
-# 2^-10 * S_dec. There plain float32 arithmetic is the IEEE one, but for a
-# subnormal element times its encode scale (below 2^-4: rounded to nearest
-# it is zero however XLA flushes it; stochastic rounding takes the exact
-# product).
+# 2^-10 * S_dec. There plain float32 arithmetic is the IEEE one.
 _PLAIN_TE_AMAX = np.float32(2.0**-100)
 
 
-def _plain_te_values(t, good, bad, amax, rand, rounding: str):
-  """:func:`values`' ``"te"`` rule in plain float32 arithmetic, for tensors
-  whose amax (over the tiles without NaN or Inf: ``good`` block maxima,
-  ``bad`` the others) is 0 or at least :data:`_PLAIN_TE_AMAX`: the same
-  steps as :func:`_te_scales` and :func:`quantize_tiles`, each a single
-  float operation, then :func:`dequantize`'s products."""
-  s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
-  s_dec = np.float32(1) / s_enc
-  bs = lax.bitcast_convert_type(good, jnp.float32) * (s_enc * _SIXTH)
-  bs = rounding_lib.round_to(jnp.minimum(bs, f32.F32_MAX), SCALE).astype(
-      jnp.float32)
-  enc = jnp.minimum(np.float32(1) / (bs * s_dec), f32.F32_MAX)
-  enc = blockwise.per_element(enc)
-  # Encode scales reach 2^121 here: a subnormal element times one may lie
-  # within 2^-33 of the e2m1 grid's first step, which stochastic rounding
-  # can round up to; only rounding to nearest may let XLA flush it.
-  y = f32.mul_into_narrow(t, enc) if rounding == "stochastic" else t * enc
-  y = lax.bitcast_convert_type(y, U32)
+def _te_values(t, good, bad, amax, rand, rounding: str):
+  r""":func:`values`' ``"te"`` rule on tiles ``t`` (``good`` their finite
+  block maxima, ``bad`` the blocks holding NaN or Inf, ``amax`` the tensor
+  amax, per tile for groups): :func:`_te_scales`, the element rounding of
+  :func:`quantize_tiles` in the rounding core's magnitude form, then
+  :func:`dequantize`'s products.
+
+  Where the amax is 0 or at least :data:`_PLAIN_TE_AMAX` (every tensor but
+  the tiniest), the per-block steps and the last product are plain float32
+  operations, else their exact forms: two ``lax.cond``\ s, one on per-block
+  arrays, one on the last product; the element stage between them is
+  compiled once, exact for every amax."""
+  plain = jnp.all((amax == 0)
+                  | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
+  bs, enc, s_dec = lax.cond(
+      plain, functools.partial(_te_scales, exact=False), _te_scales, good,
+      amax)
+  # A subnormal element times a large encode scale (up to float32's max for
+  # the smallest amaxes) is exact here; XLA would flush the element.
+  y = lax.bitcast_convert_type(
+      f32.mul_into_narrow(t, blockwise.per_element(enc)), U32)
   mag = rounding_lib.round_magnitude(
       y & 0x7FFFFFFF, (y >> 31) == 1, _ELEMENT_FORMAT, rounding=rounding,
       rand=rand)
   mag, _ = rounding_lib.limit_magnitude(mag, None, _ELEMENT_FORMAT,
                                         rounding=rounding, saturate=True)
   v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  v = v * blockwise.per_element(bs)  # exact: at most 6 significant bits
   if s_dec.ndim:
     s_dec = blockwise.per_element(s_dec)
-  out = v * blockwise.per_element(bs) * s_dec
+  out = lax.cond(plain, lambda v, s: v * s, f32.mul, v, s_dec)
   return jnp.where(blockwise.per_element(bad), np.float32(np.nan), out)
 
 
@@ -269,16 +291,12 @@ def group_amax(good: jax.Array, tile_group: jax.Array,
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 7))
 def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
                 rounding: str, row_group=None, n_groups: int = 0):
-  def exact(x, rand, tile_amax=None):
+  if tensor_scale != "te":
     codes, sc, ts = quantize_tiles(
         x, rand, block, tensor_scale=tensor_scale, scale_mode=scale_mode,
         rounding=rounding,
-        finish=lambda c: elements_lib.element_values(c, _FORMAT),
-        tile_amax=tile_amax)
+        finish=lambda c: elements_lib.element_values(c, _FORMAT))
     return _dequantize_tiles(codes, scale_values(sc), ts, x.shape)
-
-  if tensor_scale != "te":
-    return exact(x, rand)
   t = blockwise.tiles(x, block)
   bmax = blockwise.tile_amax(t)
   bad = bmax >= bits_lib.INF
@@ -290,30 +308,24 @@ def _values_jit(x, rand, block, tensor_scale: str, scale_mode: str,
     first = jnp.pad(row_group, (0, rows - x.shape[-2]),
                     constant_values=n_groups)[::block[0]]
     amax = group_amax(good, first, n_groups)
-  plain = jnp.all((amax == 0)
-                  | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
-
-  def fast(x, rand):
-    r = None if rand is None else blockwise.tiles(rand, block)
-    return blockwise.untiles(_plain_te_values(t, good, bad, amax, r,
-                                              rounding), x.shape)
-
-  tile_amax = None if row_group is None else amax
-  return lax.cond(plain, fast, lambda x, r: exact(x, r, tile_amax), x, rand)
+  r = None if rand is None else blockwise.tiles(rand, block)
+  return blockwise.untiles(_te_values(t, good, bad, amax, r, rounding),
+                           x.shape)
 
 
 def values(x: jax.Array, rand: jax.Array | None, block: tuple[int, int], *,
            tensor_scale: str, scale_mode: str, rounding: str,
            row_groups: tuple[jax.Array, int] | None = None) -> jax.Array:
-  """float32 values of ``x`` (..., M, K) quantized into NVFP4 and decoded:
+  r"""float32 values of ``x`` (..., M, K) quantized into NVFP4 and decoded:
   ``dequantize(*quantize(x, ...))`` bit for bit, in fewer passes (no codes
   or scale arrays are stored). What the recipes' emulated GEMMs multiply.
 
   Runs inside its callers' jit; arguments are checked (as
   :func:`quantize_tiles` takes them). With ``tensor_scale="te"``, a tensor
   whose amax keeps every step in float32's normal range (all but amaxes
-  below 2^-100) takes plain float32 arithmetic, the others the exact
-  integer forms (a ``lax.cond``: one branch runs).
+  below 2^-100) takes plain float32 arithmetic for its per-block steps and
+  last product, the others their exact forms (``lax.cond``\ s: one branch
+  of each runs); the element rounding between them is one, exact for both.
 
   ``row_groups=(group, G)`` (``"te"``, 2-D ``x``): rows of ``x`` form
   tensors of their own, ``group`` (M,) int32 each row's (``G``: none, any
