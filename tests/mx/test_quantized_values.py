@@ -172,12 +172,14 @@ def _equations(jaxpr) -> int:
 
 
 @pytest.mark.parametrize("which", ["nvfp4", "nvfp4_stochastic", "blockwise"])
-def test_values_compile_no_second_element_stage(which):
+def test_values_compile_less_than_quantize_and_dequantize(which):
   # Every emulated recipe GEMM compiles these programs, five or six times a
-  # step. The exact forms for tiny tensors are conds over per-block arrays
-  # and the last product around one element stage; a second, exact copy of
-  # the whole quantizer in a cond made them 14-19% larger than quantizing
-  # and dequantizing (and each recipe step's compile about 25% slower).
+  # step. Their exact forms for tiny tensors are only the steps that differ
+  # (nvfp4: conds over the per-block steps and the last product around one
+  # element stage; blockwise: a cond whose branches round elements in the
+  # magnitude form), not the quantizer and dequantizer over again in a
+  # cond, which made them 14-19% larger than the two together and each
+  # recipe step's compile about a quarter slower.
   x = jnp.ones((32, 32), jnp.float32)
   if which == "blockwise":
     values = lambda x: blockwise.values(x, block=(1, 16), fmt="e4m3",

@@ -183,9 +183,33 @@ def _quantize_jit(x, block, fmt_name: str, scale: str):
 
 # Tiles whose amax is 0 or at least this large keep every step in float32's
 # normal range, for both formats: encode scales <= 57344 * 2^80, decode
-# scales and code * decode products >= 2^-112. There plain float32
-# arithmetic is the IEEE one.
+# scales and code * decode products >= 2^-112, and a subnormal element
+# times its encode scale (< 2^-30) rounds to zero either way. There plain
+# float32 arithmetic is the IEEE one.
 _PLAIN_AMAX = np.float32(2.0**-80)
+
+
+def _tile_values(t, enc, bad, fmt: formats.Format, *, exact: bool):
+  """:func:`values` of tiles ``t`` from their encode scales: the decode
+  scales, the element rounding in the rounding core's magnitude form, and
+  the last product. ``exact``: the IEEE steps for every amax (:mod:`.f32`'s
+  forms); otherwise plain float32 operations, the same for tiles whose amax
+  is 0 or at least :data:`_PLAIN_AMAX`."""
+  if exact:
+    dec = f32.reciprocal(enc)
+    # A subnormal element times a large encode scale; XLA would flush it.
+    y = f32.mul_into_narrow(t, per_element(enc))
+  else:
+    dec = np.float32(1) / enc
+    y = t * per_element(enc)
+  y = lax.bitcast_convert_type(y, U32)
+  mag = rounding_lib.round_magnitude(y & 0x7FFFFFFF, None, fmt,
+                                     rounding="nearest")
+  mag, _ = rounding_lib.limit_magnitude(mag, None, fmt, rounding="nearest",
+                                        saturate=True)
+  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  out = f32.mul(v, per_element(dec)) if exact else v * per_element(dec)
+  return jnp.where(per_element(bad), np.float32(np.nan), out)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
@@ -197,21 +221,10 @@ def _values_jit(x, block, fmt_name: str, scale: str):
   plain = jnp.all((amax == 0) | bad
                   | (amax >= rounding_lib.f32_bits(_PLAIN_AMAX)))
   enc = encode_scales(jnp.where(bad, U32(0), amax), fmt.max, scale)
-  # Per-tile arrays, then the element stage (compiled once, exact for every
-  # amax), then the last product: plain float32 where every tile allows it,
-  # else the exact forms (one branch of each cond runs).
-  dec = lax.cond(plain, lambda e: np.float32(1) / e, f32.reciprocal, enc)
-  # A subnormal element times a large encode scale is exact here; XLA
-  # would flush the element.
-  y = lax.bitcast_convert_type(f32.mul_into_narrow(t, per_element(enc)), U32)
-  mag = rounding_lib.round_magnitude(y & 0x7FFFFFFF, None, fmt,
-                                     rounding="nearest")
-  mag, _ = rounding_lib.limit_magnitude(mag, None, fmt, rounding="nearest",
-                                        saturate=True)
-  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
-  out = lax.cond(plain, lambda v, d: v * d, f32.mul, v, per_element(dec))
-  return untiles(jnp.where(per_element(bad), np.float32(np.nan), out),
-                 x.shape)
+  out = lax.cond(plain, functools.partial(_tile_values, fmt=fmt, exact=False),
+                 functools.partial(_tile_values, fmt=fmt, exact=True),
+                 t, enc, bad)
+  return untiles(out, x.shape)
 
 
 def values(x: jax.Array, *, block: tuple[int, int], fmt: str,
@@ -221,9 +234,10 @@ def values(x: jax.Array, *, block: tuple[int, int], fmt: str,
   or scales are stored). What the recipes' emulated GEMMs multiply.
 
   Runs inside its callers' jit; arguments are checked (as :func:`quantize`
-  checks them). Where every tile's amax is 0 or at least 2^-80, the decode
-  scales and the last product are plain float32 arithmetic; otherwise their
-  exact forms run (``lax.cond``\ s: one branch of each runs).
+  checks them). Where every tile's amax is 0 or at least 2^-80, the steps
+  are plain float32 arithmetic; otherwise their exact forms run (a
+  ``lax.cond``: one branch runs). Both round elements as :func:`quantize`
+  does, without its codes.
 
   >>> import jax.numpy as jnp
   >>> values(jnp.array([[1.0, -3.0, 0.5, 96.0]]), block=(1, 2),
