@@ -171,25 +171,34 @@ def _equations(jaxpr) -> int:
   return n
 
 
-@pytest.mark.parametrize("which", ["nvfp4", "nvfp4_stochastic", "blockwise"])
+@pytest.mark.parametrize("which", ["nvfp4", "nvfp4_stochastic", "blockwise",
+                                   "mxfp8_e4m3", "mxfp4_e2m1"])
 def test_values_compile_less_than_quantize_and_dequantize(which):
   # Every emulated recipe GEMM compiles these programs, five or six times a
   # step. Their exact forms for tiny tensors are only the steps that differ
   # (nvfp4: conds over the per-block steps and the last product around one
-  # element stage; blockwise: a cond whose branches round elements in the
-  # magnitude form), not the quantizer and dequantizer over again in a
-  # cond, which made them 14-19% larger than the two together and each
-  # recipe step's compile about a quarter slower.
-  x = jnp.ones((32, 32), jnp.float32)
+  # element stage; blockwise and MX: a cond whose branches round elements
+  # in the magnitude form), not the quantizer and dequantizer over again in
+  # a cond, which made them 14-34% larger than the two together and each
+  # recipe step's compile a quarter to a half slower.
+  x = jnp.ones((32, 64), jnp.float32)
   if which == "blockwise":
     values = lambda x: blockwise.values(x, block=(1, 16), fmt="e4m3",
                                         scale="pow2")
     both = lambda x: blockwise.dequantize(
         *blockwise.quantize(x, block=(1, 16)), block=(1, 16))
+  elif which.startswith("mx"):
+    mx = get_format(which)
+    values = lambda x: mx_quantize.values(x, mx, block_size=32, axis=0,
+                                          scale_mode="floor")
+    both = lambda x: mx_quantize.dequantize_blocks(
+        *mx_quantize.quantize_blocks(x, mx, block_size=32, axis=0,
+                                     scale_mode="floor", rounding="nearest"),
+        mx, axis=0, length=32, block_size=32)
   else:
     rounding = "stochastic" if which.endswith("stochastic") else "nearest"
     key = jax.random.key(0) if rounding == "stochastic" else None
-    rand = None if key is None else jnp.ones((32, 32), jnp.uint32)
+    rand = None if key is None else jnp.ones((32, 64), jnp.uint32)
     values = lambda x: nvfp4.values(x, rand, (1, 16), tensor_scale="te",
                                     scale_mode="floor", rounding=rounding)
     both = lambda x: nvfp4.dequantize(*nvfp4.quantize(x, rounding=rounding,

@@ -17,7 +17,9 @@ to zero in float arithmetic. Nearest-even quantization takes a fast path (a
 few vector operations per element, see :mod:`jaxfp8._src.mx.elements`) for
 tensors whose blocks all have scales where it is exact, which is all but
 tensors of blocks near 2^-100; the general path stays for those. Each
-quantization is a ``lax.cond`` between the two (:func:`_one_of`).
+quantization is a ``lax.cond`` between the two (:func:`_one_of`). The value
+path (:func:`values`) has the same two branches without codes: the fast
+path's arithmetic, and three exact steps on the bits (:func:`_exact_values`).
 """
 from __future__ import annotations
 
@@ -228,6 +230,24 @@ def _fast_values(xb, k, mx: MXFormat):
                                   jnp.float32)
 
 
+def _exact_values(xb, k, mx: MXFormat):
+  """:func:`_fast_values` for every block exponent ``k`` (E8M0's, -127 to
+  127, broadcastable against ``xb``), in three exact steps on the bits:
+  ``x / 2^k`` (a quotient below float32's normal range rounds to zero in
+  every element format either way), rounded to nearest even and saturated
+  in the element format, times ``2^k`` (nearest even among float32's
+  subnormals)."""
+  bits = lax.bitcast_convert_type(xb, U32)
+  xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -k)
+  mag = rounding_lib.round_magnitude(xs, None, mx.element, rounding="nearest")
+  mag, _ = rounding_lib.limit_magnitude(mag, None, mx.element,
+                                        rounding="nearest", saturate=True)
+  v = bits_lib.mul_pow2(lax.bitcast_convert_type(mag, jnp.float32), k)
+  return lax.bitcast_convert_type(
+      lax.bitcast_convert_type(v, U32) | (bits & U32(bits_lib.SIGN)),
+      jnp.float32)
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _values_jit(x, fmt_name: str, block_size: int, axis: int, mode: str):
   # Blocks are cut along `axis` where it lies (no transposes: a GEMM's
@@ -260,12 +280,17 @@ def _values_jit(x, fmt_name: str, block_size: int, axis: int, mode: str):
     return jnp.where(jnp.expand_dims(bad, axis + 1), np.float32(np.nan), v)
 
   def exact(xb, k):
-    del k
-    last = axis - x.ndim
-    data, sc, ts = _quantize_jit(xb.reshape(xp.shape), None, fmt_name,
-                                 block_size, last, mode, "nearest")
-    out = _dequantize_jit(data, sc, ts, fmt_name, last, n_pad, block_size)
-    return out.reshape(blocked)
+    # Blocks along the last axis, as the quantizer cuts them: computed in
+    # `xb`'s own layout, this branch led XLA to lay out the plain branch's
+    # block maxima so that MXFP8 training steps ran 12% (batch 256) to 25%
+    # (batch 4096) slower on CPU.
+    xl = _blocks(jnp.moveaxis(xb.reshape(xp.shape), axis, -1), block_size)
+    kl = jnp.moveaxis(k, axis, -1)[..., None]
+    bl = jnp.moveaxis(bad, axis, -1)[..., None]
+    v = jnp.where(bl, np.float32(np.nan), _exact_values(xl, kl, mx))
+    v = jnp.moveaxis(v.reshape(*v.shape[:-2], v.shape[-2] * v.shape[-1]),
+                     -1, axis)
+    return v.reshape(blocked)
 
   out = lax.cond(fast_ok, fast, exact, xb, k).reshape(xp.shape)
   return lax.slice_in_dim(out, 0, n, axis=axis)
