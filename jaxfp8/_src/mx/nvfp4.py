@@ -95,17 +95,6 @@ _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
 _FAST_TENSOR_MIN = np.float32(2.0**-100)
 
 
-def _round_scales(bs):
-  """Block scales (float32, finite, >= 0) rounded to nearest in e4m3,
-  saturating, as float32 values: ``round_to(bs, SCALE)``'s values in the
-  rounding core's magnitude form."""
-  mag = rounding_lib.round_magnitude(lax.bitcast_convert_type(bs, U32),
-                                     None, _FORMAT.scale, rounding="nearest")
-  mag, _ = rounding_lib.limit_magnitude(mag, None, _FORMAT.scale,
-                                        rounding="nearest", saturate=True)
-  return lax.bitcast_convert_type(mag, jnp.float32)
-
-
 def _te_scales(good_max, amax, *, exact: bool = True):
   """Steps 1-4 from finite block maxima and the tensor amax (bits; per
   tile where tensors are groups of tiles): (block scales, float32 values of
@@ -123,7 +112,12 @@ def _te_scales(good_max, amax, *, exact: bool = True):
   else:
     s_dec = np.float32(1) / s_enc
     bs = bmax_f * (s_enc * _SIXTH)
-  bs = _round_scales(jnp.minimum(bs, f32.F32_MAX))
+  # Into e4m3 to nearest, saturating: round_to's values, no codes.
+  mag, _ = rounding_lib.limit_magnitude(rounding_lib.round_magnitude(
+      lax.bitcast_convert_type(jnp.minimum(bs, f32.F32_MAX), U32), None,
+      _FORMAT.scale, rounding="nearest"), None, _FORMAT.scale,
+      rounding="nearest", saturate=True)
+  bs = lax.bitcast_convert_type(mag, jnp.float32)
   if exact:
     enc = f32.reciprocal(f32.mul(bs, s_dec))
   else:
@@ -245,17 +239,11 @@ _PLAIN_TE_AMAX = np.float32(2.0**-100)
 
 
 def _te_values(t, good, bad, amax, rand, rounding: str):
-  r""":func:`values`' ``"te"`` rule on tiles ``t`` (``good`` their finite
-  block maxima, ``bad`` the blocks holding NaN or Inf, ``amax`` the tensor
-  amax, per tile for groups): :func:`_te_scales`, the element rounding of
-  :func:`quantize_tiles` in the rounding core's magnitude form, then
-  :func:`dequantize`'s products.
-
-  Where the amax is 0 or at least :data:`_PLAIN_TE_AMAX` (every tensor but
-  the tiniest), the per-block steps and the last product are plain float32
-  operations, else their exact forms: two ``lax.cond``\ s, one on per-block
-  arrays, one on the last product; the element stage between them is
-  compiled once, exact for every amax."""
+  """:func:`values`' ``"te"`` rule on tiles ``t`` (``good``, ``bad``: their
+  finite block maxima, their blocks with NaN or Inf; ``amax`` per tensor or
+  tile): :func:`_te_scales` and the last product plain where the amax is 0
+  or at least :data:`_PLAIN_TE_AMAX`, exact elsewhere (two conds), around
+  one element stage, exact for every amax (no codes)."""
   plain = jnp.all((amax == 0)
                   | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
   bs, enc, s_dec = lax.cond(
