@@ -128,8 +128,7 @@ def _te_scales(good_max, amax, *, exact: bool = True):
 def quantize_tiles(x: jax.Array, rand: jax.Array | None,
                    block: tuple[int, int], *, tensor_scale: str,
                    scale_mode: str, rounding: str,
-                   finish: Callable[[jax.Array], Any] | None = None,
-                   tile_amax: jax.Array | None = None
+                   finish: Callable[[jax.Array], Any] | None = None
                    ) -> tuple[Any, jax.Array, jax.Array]:
   """NVFP4 quantization of float32 ``x`` (..., M, K), in tiles: every NVFP4
   quantizer of jaxfp8 (:func:`quantize`, ``jaxfp8.mx.quantize(x, "nvfp4")``)
@@ -145,15 +144,12 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     rounding: ``"nearest"`` or ``"stochastic"``.
     finish: applied to the codes inside the branch that makes them (the MX
       storage packs them there: XLA then copies nothing); default none.
-    tile_amax: ``"te"`` only: the tensor amax (uint32 bits, finite) each
-      tile takes, broadcastable to (..., Mb, Kb), for tiles grouped into
-      tensors of their own (:func:`group_amax`); default the whole array's.
 
   Returns:
     ``(finish(codes), scale_codes, tensor_scale)``: uint8 e2m1 codes in tiles
     (..., Mb, bm, Kb, bk), 0 in blocks holding NaN or Inf; uint8 e4m3 block
     scale codes (..., Mb, Kb), the NaN code for those blocks; the float32
-    decode tensor scale (``tile_amax``'s shape where given).
+    decode tensor scale.
 
   >>> import jax.numpy as jnp
   >>> codes, sc, ts = quantize_tiles(jnp.full((1, 16), 3.0), None, (1, 16),
@@ -174,13 +170,9 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     # A block with NaN or Inf: codes +0 under the NaN scale.
     return finish(jnp.where(blockwise.per_element(bad), jnp.uint8(0), codes))
 
-  if tile_amax is not None and tensor_scale != "te":
-    raise ValueError(f"`tile_amax` is for tensor_scale='te', got "
-                     f"{tensor_scale!r}")
   if tensor_scale == "te":
     good = jnp.where(bad, U32(0), bmax)
-    sc, enc, ts = _te_scales(good, jnp.max(good, initial=U32(0))
-                             if tile_amax is None else tile_amax)
+    sc, enc, ts = _te_scales(good, jnp.max(good, initial=U32(0)))
     # The values are e4m3's: the conversion is exact.
     sc = lax.bitcast_convert_type(sc.astype(_FORMAT.scale.dtype), jnp.uint8)
     y = f32.mul_into_narrow(t, blockwise.per_element(enc))
