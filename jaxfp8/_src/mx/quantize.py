@@ -281,9 +281,9 @@ def _values_jit(x, fmt_name: str, block_size: int, axis: int, mode: str):
 
   def exact(xb, k):
     # Blocks along the last axis, as the quantizer cuts them: computed in
-    # `xb`'s own layout, this branch led XLA to lay out the plain branch's
-    # block maxima so that MXFP8 training steps ran 12% (batch 256) to 25%
-    # (batch 4096) slower on CPU.
+    # `xb`'s own layout, this branch led XLA to fuse the plain branch's
+    # block maxima worse, and MXFP8 training steps ran slower on CPU (the
+    # benchmark log has the figures).
     xl = _blocks(jnp.moveaxis(xb.reshape(xp.shape), axis, -1), block_size)
     kl = jnp.moveaxis(k, axis, -1)[..., None]
     bl = jnp.moveaxis(bad, axis, -1)[..., None]
