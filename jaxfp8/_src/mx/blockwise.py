@@ -202,12 +202,9 @@ def _tile_values(t, enc, bad, fmt: formats.Format, *, exact: bool):
   else:
     dec = np.float32(1) / enc
     y = t * per_element(enc)
-  y = lax.bitcast_convert_type(y, U32)
-  mag = rounding_lib.round_magnitude(y & 0x7FFFFFFF, None, fmt,
-                                     rounding="nearest")
-  mag, _ = rounding_lib.limit_magnitude(mag, None, fmt, rounding="nearest",
-                                        saturate=True)
-  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  v = lax.bitcast_convert_type(rounding_lib.saturated_bits(
+      lax.bitcast_convert_type(y, U32), fmt, rounding="nearest"),
+      jnp.float32)
   out = f32.mul(v, per_element(dec)) if exact else v * per_element(dec)
   return jnp.where(per_element(bad), np.float32(np.nan), out)
 

@@ -113,11 +113,9 @@ def _te_scales(good_max, amax, *, exact: bool = True):
     s_dec = np.float32(1) / s_enc
     bs = bmax_f * (s_enc * _SIXTH)
   # Into e4m3 to nearest, saturating: round_to's values, no codes.
-  mag, _ = rounding_lib.limit_magnitude(rounding_lib.round_magnitude(
-      lax.bitcast_convert_type(jnp.minimum(bs, f32.F32_MAX), U32), None,
-      _FORMAT.scale, rounding="nearest"), None, _FORMAT.scale,
-      rounding="nearest", saturate=True)
-  bs = lax.bitcast_convert_type(mag, jnp.float32)
+  bs = lax.bitcast_convert_type(rounding_lib.saturated_bits(
+      lax.bitcast_convert_type(jnp.minimum(bs, f32.F32_MAX), U32),
+      _FORMAT.scale, rounding="nearest"), jnp.float32)
   if exact:
     enc = f32.reciprocal(f32.mul(bs, s_dec))
   else:
@@ -245,12 +243,8 @@ def _te_values(t, good, bad, amax, rand, rounding: str):
   # the smallest amaxes) is exact here; XLA would flush the element.
   y = lax.bitcast_convert_type(
       f32.mul_into_narrow(t, blockwise.per_element(enc)), U32)
-  mag = rounding_lib.round_magnitude(
-      y & 0x7FFFFFFF, (y >> 31) == 1, _ELEMENT_FORMAT, rounding=rounding,
-      rand=rand)
-  mag, _ = rounding_lib.limit_magnitude(mag, None, _ELEMENT_FORMAT,
-                                        rounding=rounding, saturate=True)
-  v = lax.bitcast_convert_type(mag | (y & U32(bits_lib.SIGN)), jnp.float32)
+  v = lax.bitcast_convert_type(rounding_lib.saturated_bits(
+      y, _ELEMENT_FORMAT, rounding=rounding, rand=rand), jnp.float32)
   v = v * blockwise.per_element(bs)  # exact: at most 6 significant bits
   if s_dec.ndim:
     s_dec = blockwise.per_element(s_dec)

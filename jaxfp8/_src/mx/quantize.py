@@ -239,9 +239,7 @@ def _exact_values(xb, k, mx: MXFormat):
   subnormals)."""
   bits = lax.bitcast_convert_type(xb, U32)
   xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -k)
-  mag = rounding_lib.round_magnitude(xs, None, mx.element, rounding="nearest")
-  mag, _ = rounding_lib.limit_magnitude(mag, None, mx.element,
-                                        rounding="nearest", saturate=True)
+  mag = rounding_lib.saturated_bits(xs, mx.element, rounding="nearest")
   v = bits_lib.mul_pow2(lax.bitcast_convert_type(mag, jnp.float32), k)
   return lax.bitcast_convert_type(
       lax.bitcast_convert_type(v, U32) | (bits & U32(bits_lib.SIGN)),

@@ -151,6 +151,17 @@ def limit_magnitude(mag, neg, fmt: formats.Format, *, rounding: str,
   return jnp.minimum(mag, max_bits), overflow
 
 
+def saturated_bits(bits, fmt: formats.Format, *, rounding: str, rand=None):
+  """float32 bits of finite ``bits`` rounded into ``fmt`` and saturated at
+  its max, sign kept: the value of :func:`round_to` (``saturate=True``)
+  without its codes, for callers that multiply the values next."""
+  neg = (bits >> 31) == 1
+  mag = round_magnitude(bits & _U32(0x7FFFFFFF), neg, fmt, rounding=rounding,
+                        rand=rand)
+  mag, _ = limit_magnitude(mag, neg, fmt, rounding=rounding, saturate=True)
+  return mag | (bits & _U32(0x80000000))
+
+
 def _codes_from_magnitude(mag, neg, fmt: formats.Format):
   """Code of an exactly representable magnitude (float32 bits) with a sign."""
   m, emin, bias = fmt.mantissa_bits, fmt.min_exponent, fmt.bias
