@@ -67,6 +67,9 @@ _LONG_FIRST = (
     "tests/numerics/test_properties.py::test_es",
     "tests/numerics/test_hardening.py::test_float6_codearray_into_jnp_asarray",
     "tests/random/test_random_scipy_laws.py::test_import_without_scipy",
+    "tests/faces/test_qwix_provider.py::test_linen_model_trains_as_under",
+    "tests/tools/test_bench_fsdp.py",
+    "tests/tools/test_bench_train.py::test_bench_train_quick",
 )
 
 
