@@ -217,6 +217,30 @@ def test_exact_float32_helpers():
   np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_divide_by_a_broadcast_divisor_is_the_ieee_quotient():
+  """f32.divide of tiles by one divisor per row, jitted and eager: the
+  correctly rounded quotient (float64's, rounded once), where XLA's own
+  division by a broadcast divisor is a product by its reciprocal."""
+  rng = np.random.default_rng(3)
+  x = _f32(rng.uniform(1, 2, (64, 16)) * 2.0 ** rng.integers(-20, 20, (64, 16)))
+  # e4m3 block-scale values (4 significant bits), the divisors NVFP4 uses.
+  y = _f32(rng.integers(8, 16, (64, 1)) * 2.0 ** rng.integers(-12, 6, (64, 1)))
+  x[0, :2], y[0] = 2.8125, 1.875  # x * (1 / y) lands just above 1.5
+  x[1, :7] = [np.inf, -np.inf, np.nan, 0.0, -0.0, -3.0, 3.0]
+  y[2], y[3] = -0.0, 0.0
+  naive = np.asarray(jax.jit(lambda x, y: x / y)(x, y))
+  with np.errstate(divide="ignore", invalid="ignore"):
+    want = _f32(x.astype(np.float64) / y.astype(np.float64))
+  assert not np.array_equal(naive.view(np.uint32), want.view(np.uint32))
+  for got in (jax.jit(f32.divide)(x, y), f32.divide(x, y)):
+    got = np.asarray(got)
+    assert got.shape == x.shape and got[0, 0] == 1.5
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    keep = ~np.isnan(want)
+    np.testing.assert_array_equal(got[keep].view(np.uint32),
+                                  want[keep].view(np.uint32))
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(block=(1, 0)), ValueError, "block"),
     (dict(block=128), TypeError, "block"),
