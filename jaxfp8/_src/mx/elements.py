@@ -54,13 +54,9 @@ def element_codes(bits: jax.Array, mx: MXFormat, *, rounding: str = "nearest",
   """
   elem = mx.element
   if elem is INT8:
-    mag, neg = bits & 0x7FFFFFFF, (bits >> 31) == 1
-    mag = rounding_lib.round_magnitude(mag, neg, elem, rounding=rounding,
-                                       rand=rand)
-    mag, _ = rounding_lib.limit_magnitude(mag, neg, elem, rounding=rounding,
-                                          saturate=True)
-    k = (lax.bitcast_convert_type(mag, jnp.float32) * 64).astype(I32)
-    return jnp.where(neg, -k, k).astype(jnp.int8)
+    # Signed multiples of 1/64 (-0 included): times 64, exact integers.
+    v = rounding_lib.saturated_bits(bits, elem, rounding=rounding, rand=rand)
+    return (lax.bitcast_convert_type(v, jnp.float32) * 64).astype(jnp.int8)
   return rounding_lib.round_to_codes(
       lax.bitcast_convert_type(bits, jnp.float32), elem, rounding=rounding,
       rand=rand)
