@@ -224,5 +224,4 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
   Array([[1.5, 1.5],
          [1.5, 1.5]], dtype=float32)
   """
-  x, y = jnp.broadcast_arrays(x, y)
   return x / (y - jnp.minimum(jnp.abs(x), np.float32(0)))
