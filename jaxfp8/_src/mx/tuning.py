@@ -2,9 +2,9 @@
 
 XLA on CPU vectorizes some forms of the same integer arithmetic into tight
 loops and runs others scalar by scalar, and which form it vectorizes changed
-between jaxlib 0.10 and 0.11. Each flag below picks, for the installed JAX,
-between two forms that give the same bits (the tests run both); the other
-form stays in the code for the other version. Every flag is read when a
+between jaxlib 0.10 and 0.11. Each flag below picks between two forms that
+give the same bits (the tests run both), for the installed JAX where the
+versions want different ones; the other form stays in the code. Every flag is read when a
 function is traced, so a test can flip it (and clear the jit cache).
 
 jaxlib 0.12 wants 0.11's choices: ``python -m jaxfp8 bench mx --tuning``
@@ -39,7 +39,10 @@ PACK_6BIT_AS_RUNS = not _AT_LEAST_0_11
 UNPACK_6BIT_FROM_WORDS = _AT_LEAST_0_11
 
 # How :func:`jaxfp8._src.mx.scales.block_max` reduces blocks of 16: as the
-# maximum of their two rows of 8, then a reduce over 8 (jaxlib 0.11
-# vectorizes it); or one reduce over both axes (the faster form on jaxlib
-# 0.10).
-MAX_OF_ROW_PAIRS = _AT_LEAST_0_11
+# maximum of their two rows of 8, then a reduce over 8; or one reduce over
+# both axes. Every version now takes the first: NVFP4's blocks arrive as
+# tiles (:func:`jaxfp8._src.mx.blockwise.tile_amax`), and from the second
+# form jaxlib 0.10 too folds the two axes back into one reduce over the 16
+# minor elements, which runs element by element (the second form was 0.10's
+# faster one only while NVFP4 reduced its unblocked rows).
+MAX_OF_ROW_PAIRS = True
