@@ -190,6 +190,24 @@ def test_jit_gives_the_same_bits():
   np.testing.assert_array_equal(np.asarray(s1), np.asarray(s2))
 
 
+@pytest.mark.parametrize("shape, block", [
+    ((256, 512), (1, 128)), ((512, 96), (128, 1)), ((300, 260), (128, 128)),
+    ((64, 96), (16, 16)), ((3, 70, 90), (7, 40)), ((40, 48), (1, 48)),
+    ((50, 70), (5, 7)), ((48, 16), (1, 16)), ((40, 64), (2, 32))], ids=str)
+def test_tile_maxima_are_numpys_whatever_the_reduction_order(shape, block):
+  # Long rows and tall tiles are halved before the reduce (odd counts too):
+  # the same maxima of magnitude bits, NaN above Inf above the rest.
+  rng = np.random.default_rng(sum(shape) + sum(block))
+  x = (rng.standard_normal(shape) * np.exp2(rng.integers(-150, 120, shape))
+       ).astype(np.float32)
+  x.flat[rng.choice(x.size, 6, replace=False)] = [
+      np.nan, np.inf, -np.inf, -0.0, 1e-45, -F32_MAX]
+  t = blockwise.tiles(x, block)
+  want = (np.asarray(t).view(np.uint32) & 0x7FFFFFFF).max(axis=(-3, -1))
+  got = jax.jit(blockwise.tile_amax)(t)
+  np.testing.assert_array_equal(got, want)
+
+
 def test_exact_float32_helpers():
   """f32.mul / reciprocal against float64, across the subnormal boundary."""
   rng = np.random.default_rng(2)

@@ -137,14 +137,18 @@ def tile_amax(t: jax.Array) -> jax.Array:
 
   Tiles of one row go through :func:`jaxfp8._src.mx.scales.block_max`, the
   reduce XLA on CPU vectorizes (a reduce over the minor axis of the tiles
-  runs element by element).
+  runs element by element); taller tiles have their rows, and long rows
+  their runs of 8, halved first (:func:`jaxfp8._src.mx.scales.halve_max`).
   """
   *lead, mb, bm, kb, bk = t.shape
   if bm == 1:
     flat = lax.bitcast_convert_type(t, U32).reshape(*lead, mb, kb * bk)
     return mx_scales.block_max(flat, bk)
   mag = lax.bitcast_convert_type(t, U32) & 0x7FFFFFFF
-  return jnp.max(mag, axis=(-3, -1))
+  if bk % 8 == 0 and bk > 32:
+    mag = mx_scales.halve_max(mag.reshape(*mag.shape[:-1], bk // 8, 8), -2)
+    return jnp.max(mx_scales.halve_max(mag, -4), axis=(-4, -2, -1))
+  return jnp.max(mx_scales.halve_max(mag, -3), axis=(-3, -1))
 
 
 def per_element(v: jax.Array) -> jax.Array:
