@@ -64,12 +64,18 @@ def test_6bit_packing_is_the_little_endian_bit_stream(n, runs, monkeypatch):
   ``tuning.UNPACK_6BIT_FROM_WORDS`` pick (per JAX version)."""
   monkeypatch.setattr(tuning, "PACK_6BIT_AS_RUNS", runs)
   monkeypatch.setattr(tuning, "UNPACK_6BIT_FROM_WORDS", runs)
-  codes = np.random.default_rng(n).integers(0, 64, (2, n)).astype(np.uint8)
+  # Bits above the low 6 are set too: packing ignores them.
+  raw = np.random.default_rng(n).integers(0, 256, (2, n)).astype(np.uint8)
+  codes = raw & 0x3F
   want = [list(sum(int(c) << (6 * i) for i, c in enumerate(row)).to_bytes(
       n * 3 // 4, "little")) for row in codes]
   # Traced afresh (a new function) under this setting; unpack in the same
-  # program, which outside jit would compile a program per op.
-  got, back = jax.jit(lambda c: (mx_pack.pack(c, 6), mx_pack.unpack(
-      mx_pack.pack(c, 6), 6)))(codes)
+  # program, which outside jit would compile a program per op. Both ways to
+  # the bytes: pack's own, and the two steps a quantizer splits by a branch.
+  got, steps, back = jax.jit(lambda c: (
+      mx_pack.pack(c, 6),
+      mx_pack.pack_bytes(mx_pack.pack_groups(c, 6), 6),
+      mx_pack.unpack(mx_pack.pack(c, 6), 6)))(raw)
   np.testing.assert_array_equal(got, np.array(want, np.uint8))
+  np.testing.assert_array_equal(steps, np.array(want, np.uint8))
   np.testing.assert_array_equal(back, codes)

@@ -34,10 +34,12 @@ def packed_length(n: int, bits: int) -> int:
   return n // per * nbytes
 
 
-# Groups are combined through integer bitcasts (``lax.bitcast_convert_type``
-# between uint8 and a wider word is little-endian: byte 0 is the low byte),
-# which XLA on CPU turns into vectorized loops where strided slices of the
-# codes run scalar by scalar; see `pack_groups` for what not to fuse.
+# The two steps a quantizer splits around its branch (`pack_groups`, then
+# `pack_bytes`) combine groups through integer bitcasts
+# (``lax.bitcast_convert_type`` between uint8 and a wider word is
+# little-endian: byte 0 is the low byte); see `pack_groups` for what not to
+# fuse. `pack` itself makes 6-bit bytes from the four codes' slices, the
+# faster loop on jaxlib 0.10 and 0.12 alike once the codes are written out.
 
 
 def merge_last(x: jax.Array) -> jax.Array:
@@ -46,8 +48,26 @@ def merge_last(x: jax.Array) -> jax.Array:
 
 
 def pack(codes: jax.Array, bits: int) -> jax.Array:
-  """Packs uint8 codes (low ``bits`` bits used) along the last axis."""
-  return pack_bytes(pack_groups(codes, bits), bits)
+  """Packs uint8 codes (low ``bits`` bits used) along the last axis.
+
+  6-bit codes become their three bytes directly (each byte from two codes
+  of its group, in uint8 arithmetic): a loop over the bytes that XLA on CPU
+  runs about twice as fast as the word of each group cut into bytes
+  (:func:`pack_groups`, then :func:`pack_bytes`, which a quantizer that
+  packs inside its branches still uses).
+
+  >>> pack(jnp.array([1, 2, 3, 63], jnp.uint8), 6)  # c0 | c1 << 6 | ...
+  Array([129, 48, 252], dtype=uint8)
+  """
+  codes = codes.astype(_U8)
+  if bits != 6:
+    return pack_bytes(pack_groups(codes, bits), bits)
+  g = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 4, 4)
+  c0, c1, c2, c3 = (g[..., i] for i in range(4))
+  # Shifts of uint8 drop what leaves the byte: c1 << 6 keeps c1's low 2 bits.
+  out = jnp.stack([(c0 & 0x3F) | (c1 << 6), ((c1 >> 2) & 0xF) | (c2 << 4),
+                   ((c2 >> 4) & 0x3) | (c3 << 2)], axis=-1)
+  return merge_last(out)
 
 
 def pack_groups(codes: jax.Array, bits: int) -> jax.Array:
