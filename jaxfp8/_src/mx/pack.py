@@ -52,7 +52,7 @@ def pack(codes: jax.Array, bits: int) -> jax.Array:
 
   6-bit codes become their three bytes directly (each byte from two codes
   of its group, in uint8 arithmetic): a loop over the bytes that XLA on CPU
-  runs about twice as fast as the word of each group cut into bytes
+  runs faster than the word of each group cut into bytes
   (:func:`pack_groups`, then :func:`pack_bytes`, which a quantizer that
   packs inside its branches still uses).
 

@@ -4,8 +4,9 @@ XLA on CPU vectorizes some forms of the same integer arithmetic into tight
 loops and runs others scalar by scalar, and which form it vectorizes changed
 between jaxlib 0.10 and 0.11. Each flag below picks between two forms that
 give the same bits (the tests run both), for the installed JAX where the
-versions want different ones; the other form stays in the code. Every flag is read when a
-function is traced, so a test can flip it (and clear the jit cache).
+versions want different ones; the other form stays in the code. Every flag
+is read when a function is traced, so a test can flip it (and clear the jit
+cache).
 
 jaxlib 0.12 wants 0.11's choices: ``python -m jaxfp8 bench mx --tuning``
 times each flag both ways in one run (on jaxlib 0.12.0.1 three of the four
