@@ -203,9 +203,6 @@ def mul_into_narrow(x: jax.Array, s: jax.Array) -> jax.Array:
   return _f32(_u32(y) | sign)
 
 
-__all__ = ["F32_MAX", "mul", "mul_into_narrow", "reciprocal"]
-
-
 def divide(x: jax.Array, y: jax.Array) -> jax.Array:
   """``x / y`` correctly rounded (IEEE), ``y`` broadcast against ``x``.
 
@@ -225,3 +222,6 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
          [1.5, 1.5]], dtype=float32)
   """
   return x / (y - jnp.minimum(jnp.abs(x), np.float32(0)))
+
+
+__all__ = ["F32_MAX", "divide", "mul", "mul_into_narrow", "reciprocal"]
