@@ -181,12 +181,14 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     return done(codes, bad), sc, ts
 
   sc, j = mx_scales.nv_scales(bmax, _FORMAT, scale_mode)
-  sv = blockwise.per_element(mx_scales.scale_values(sc, _FORMAT))
+  # Broadcast in the branches: XLA copies a per-element operand of a cond.
+  s_blk = mx_scales.scale_values(sc, _FORMAT)
 
   # x / 2^j exactly (|x| / 2^j <= 2688), then one division by the block
   # scale; quotients below float32's normal range round to (signed) zero
   # in e2m1 either way.
-  def exact(t, j, sv, rand):
+  def exact(t, j, s_blk, rand):
+    sv = blockwise.per_element(s_blk)
     bits = lax.bitcast_convert_type(t, U32)
     xs = bits_lib.ldexp(bits_lib.finite_magnitude(bits), -j)
     ym = lax.bitcast_convert_type(
@@ -194,13 +196,14 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     ym = jnp.where((xs < 0x800000) | (sv == 0), U32(0), ym)
     codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | ym,
                                        _FORMAT, rounding=rounding, rand=rand)
-    return done(codes, jnp.isnan(sv[..., 0, :, 0]))
+    return done(codes, jnp.isnan(s_blk))
 
   # Nearest even from j = nv_fast_min_exponent on: x / 2^j on the bits is
   # exact where x and the quotient are normal, and where either is not the
   # element rounds to zero anyway.
-  def fast(t, j, sv, rand):
+  def fast(t, j, s_blk, rand):
     del rand
+    sv = blockwise.per_element(s_blk)
     bits = lax.bitcast_convert_type(t, U32)
     mag = (bits & 0x7FFFFFFF).astype(I32)
     xs = mag - (j << 23)
@@ -211,13 +214,13 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
     codes = elements_lib.fast_element_codes(
         (bits & U32(bits_lib.SIGN)) | ym, jnp.zeros(sv.shape[:-1], I32),
         _FORMAT)
-    return done(codes, jnp.isnan(sv[..., 0, :, 0]))
+    return done(codes, jnp.isnan(s_blk))
 
   if rounding != "nearest":
-    codes = exact(t, j, sv, rand)
+    codes = exact(t, j, s_blk, rand)
   else:
     codes = lax.cond(j >= mx_scales.nv_fast_min_exponent(_FORMAT), fast,
-                     exact, t, j, sv, rand)
+                     exact, t, j, s_blk, rand)
   return codes, sc, bits_lib.pow2_float(j)
 
 
