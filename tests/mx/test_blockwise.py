@@ -235,6 +235,51 @@ def test_exact_float32_helpers():
   np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("how", ["eager", "jit", "jit_llvm_o2"])
+def test_mul_narrow_is_the_ieee_product(how):
+  """f32.mul_narrow of short significands (zero or normal, at most 8 bits:
+  NVFP4's values times block scales) by any float32, against float64's
+  exact product rounded once: results normal, subnormal (ties to even on
+  that grid), zero and overflowing; b subnormal; signed zeros, NaN, Inf.
+  Jitted, it is one fusion, also compiled as users' programs are (LLVM at
+  -O2, not the suite's -O0): there a test of the whole magnitude's bits
+  for zero became a float comparison, which saw a subnormal b as zero."""
+  rng = np.random.default_rng(5)
+  n = 20000
+  sig = rng.integers(128, 256, n).astype(np.uint32)
+  ea = rng.integers(1, 255, n).astype(np.uint32)
+  a = ((ea << 23) | ((sig - 128) << 16)).view(np.float32)
+  a = a * rng.choice([-1, 1], n).astype(np.float32)
+  b = rng.integers(0, 0x7F800000, n).astype(np.uint32)
+  # Products near float32's subnormal range (from both sides), near its
+  # largest values, and anywhere: b's exponent from the product's.
+  top = np.choose(rng.choice(3, n, p=[0.6, 0.1, 0.3]),
+                  [rng.integers(-155, -110, n), rng.integers(120, 135, n),
+                   rng.integers(-260, 260, n)])
+  eb = np.clip(top + 254 - ea.astype(np.int64), 0, 254).astype(np.uint32)
+  b = ((b & 0x807FFFFF) | (eb << 23)).view(np.float32)
+  big = 255 * 2.0**120  # the largest 8-bit significand
+  a[:10] = [0.0, -0.0, 3.0, np.inf, np.nan, 0.5, 0.5, 1.5, big, -big]
+  b[:10] = [-1e-45, 2.0, np.inf, 0.0, 1.0, 3 * 2.0**-149, 5 * 2.0**-149,
+            -1e-45, 2.0, 1e-45]
+  if how == "eager":
+    got = f32.mul_narrow(a, b)
+  else:
+    opts = {"xla_backend_optimization_level": 2} if how != "jit" else {}
+    got = jax.jit(f32.mul_narrow).lower(a, b).compile(opts)(a, b)
+  got = np.asarray(got)
+  with np.errstate(invalid="ignore", over="ignore"):
+    want = _f32(a.astype(np.float64) * b.astype(np.float64))
+  assert list(got[5:8].view(np.uint32)) == [2, 2, 0x80000002]  # to even
+  tiny = (np.abs(want) < 2.0**-126) & (want != 0)
+  assert tiny.sum() > n // 10 and np.isinf(want).sum() > 100
+  assert ((np.abs(b) < 2.0**-126) & (b != 0)).sum() > 100
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  keep = ~np.isnan(want)
+  np.testing.assert_array_equal(got[keep].view(np.uint32),
+                                want[keep].view(np.uint32))
+
+
 def test_divide_by_a_broadcast_divisor_is_the_ieee_quotient():
   """f32.divide of tiles by one divisor per row, jitted and eager: the
   correctly rounded quotient (float64's, rounded once), where XLA's own

@@ -209,7 +209,9 @@ def _tile_values(t, enc, bad, fmt: formats.Format, *, exact: bool):
   v = lax.bitcast_convert_type(rounding_lib.saturated_bits(
       lax.bitcast_convert_type(y, U32), fmt, rounding="nearest"),
       jnp.float32)
-  out = f32.mul(v, per_element(dec)) if exact else v * per_element(dec)
+  dec = per_element(dec)
+  # v: fp8 values, at most 4 significant bits.
+  out = f32.mul_narrow(v, dec) if exact else v * dec
   return jnp.where(per_element(bad), np.float32(np.nan), out)
 
 

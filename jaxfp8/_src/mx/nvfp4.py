@@ -117,7 +117,7 @@ def _te_scales(good_max, amax, *, exact: bool = True):
       lax.bitcast_convert_type(jnp.minimum(bs, f32.F32_MAX), U32),
       _FORMAT.scale, rounding="nearest"), jnp.float32)
   if exact:
-    enc = f32.reciprocal(f32.mul(bs, s_dec))
+    enc = f32.reciprocal(f32.mul_narrow(bs, s_dec))  # bs: e4m3's 4 bits
   else:
     enc = np.float32(1) / (bs * s_dec)
   return bs, jnp.minimum(enc, f32.F32_MAX), s_dec
@@ -251,7 +251,7 @@ def _te_values(t, good, bad, amax, rand, rounding: str):
   v = v * blockwise.per_element(bs)  # exact: at most 6 significant bits
   if s_dec.ndim:
     s_dec = blockwise.per_element(s_dec)
-  out = lax.cond(plain, lambda v, s: v * s, f32.mul, v, s_dec)
+  out = lax.cond(plain, lambda v, s: v * s, f32.mul_narrow, v, s_dec)
   return jnp.where(blockwise.per_element(bad), np.float32(np.nan), out)
 
 
