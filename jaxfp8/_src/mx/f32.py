@@ -13,7 +13,8 @@ on every backend:
   on the bit patterns, :mod:`jaxfp8._src.mx.bits`), do the one float
   operation there, and scale back; a result below 2^-126 would be rounded
   twice that way, so it is computed from the integer significands instead
-  (a 48-bit product in two 24-bit words; a long division).
+  (a 48-bit product in two 24-bit words; a float32 quotient corrected by
+  one such product).
 * :func:`mul_narrow` is :func:`mul` for a first operand of at most 8
   significant bits (a narrow format's value, times an fp8 scale or not):
   one rounding of a 32-bit integer product, no branch.
@@ -194,21 +195,26 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
 
 def _reciprocal_below_normal(mag):
   """Bits of ``1 / x`` for ``2^126 < x < 2^128`` (a subnormal result):
-  ``round(2^K / s)`` by long division, ``x = s * 2^(e - 150)``, K = 299 - e."""
+  ``round(2^K / s)``, ``x = s * 2^(e - 150)``, K = 299 - e.
+
+  The float32 quotient ``y`` of ``2^K`` by ``s`` (both exact) is within 1/4
+  of it; with ``c = floor(y)`` the result is ``c + 1`` where ``2^(K+1) >
+  (2c + 1) s`` (a 48-bit product in 12-bit pieces; never equal), else ``c``.
+  No loop and no branch: the 46-step long division behind a cond that this
+  replaced made every exact scale step's program larger and slower to
+  compile.
+  """
   e, s = bits_lib.split(mag)
-
-  def step(_, qr):
-    q, r = qr
-    r = r << 1
-    ge = r >= s
-    return (q << 1) | ge.astype(U32), jnp.where(ge, r - s, r)
-
-  zeros = jnp.zeros_like(s)
-  q, r = lax.fori_loop(0, 45, step, (zeros, jnp.ones_like(s)))  # K = 45
-  q2, r2 = step(0, (q, r))                                       # K = 46
-  q, r = jnp.where(e == 253, q2, q), jnp.where(e == 253, r2, r)
-  up = ((r << 1) > s) | (((r << 1) == s) & ((q & 1) == 1))
-  return q + up.astype(U32)
+  k = 299 - e.astype(I32)                          # 45 or 46
+  y = (jnp.where(k == 46, np.float32(2.0**46), np.float32(2.0**45))
+       / s.astype(I32).astype(jnp.float32))
+  c = y.astype(U32)                                # < 2^24
+  d = 2 * c + 1
+  d1, d0, s1, s0 = d >> 12, d & 0xFFF, s >> 12, s & 0xFFF
+  mid = d1 * s0 + d0 * s1                          # < 2^26
+  low = d0 * s0 + ((mid & 0xFFF) << 12)            # < 2^25
+  hi = d1 * s1 + (mid >> 12) + (low >> 24)         # (2c + 1) s >> 24
+  return c + (hi < (U32(1) << (k - 23).astype(U32))).astype(U32)
 
 
 def reciprocal(a: jax.Array) -> jax.Array:
@@ -229,14 +235,7 @@ def reciprocal(a: jax.Array) -> jax.Array:
   m, k, _, _ = _normalized(safe)
   normal = bits_lib.ldexp(_u32(np.float32(1) / m), -k)  # 1/m in (1/2, 1]
   big = safe > U32(0x7E800000)  # 2^126: beyond it 1/a is subnormal
-  # The long division runs only where some element needs it (one branch
-  # runs): a loop of 46 steps over every element would cost more than the
-  # rest of a block quantizer.
-  out = lax.cond(
-      jnp.any(big & (safe < bits_lib.INF)),
-      lambda safe, normal: jnp.where(big, _reciprocal_below_normal(safe),
-                                     normal),
-      lambda safe, normal: normal, safe, normal)
+  out = jnp.where(big, _reciprocal_below_normal(safe), normal)
   out = jnp.where(mag == 0, U32(bits_lib.INF), out)
   out = jnp.where(mag == bits_lib.INF, U32(0), out)
   return _f32(jnp.where(mag > bits_lib.INF, U32(bits_lib.NAN), out))
