@@ -60,15 +60,20 @@ def _normalized(mag: jax.Array):
   return m, e - 127, s, e
 
 
+def _wide_product(a, b):
+  """``(hi, lo)`` with ``a * b = hi * 2^24 + lo``, ``lo < 2^24``, for uint32
+  ``a < 2^25`` and ``b < 2^24``: the exact product in 12-bit pieces."""
+  a1, a0 = a >> 12, a & 0xFFF
+  b1, b0 = b >> 12, b & 0xFFF
+  mid = a1 * b0 + a0 * b1                      # < 2^26
+  low = a0 * b0 + ((mid & 0xFFF) << 12)        # < 2^25
+  return a1 * b1 + (mid >> 12) + (low >> 24), low & 0xFFFFFF
+
+
 def _subnormal_product(sa, sb, t):
   """``round(sa * sb / 2^t)`` (nearest even) for 24-bit significands and
   ``t >= 24``: the bits of a product below 2^-126, in units of 2^-149."""
-  a1, a0 = sa >> 12, sa & 0xFFF
-  b1, b0 = sb >> 12, sb & 0xFFF
-  mid = a1 * b0 + a0 * b1                      # < 2^25
-  lo_full = a0 * b0 + ((mid & 0xFFF) << 12)    # < 2^25
-  lo = lo_full & 0xFFFFFF
-  hi = a1 * b1 + (mid >> 12) + (lo_full >> 24)  # product = hi * 2^24 + lo
+  hi, lo = _wide_product(sa, sb)
   r = (jnp.clip(t, 24, 55) - 24).astype(U32)   # shift of hi, 0..31
   q = hi >> r
   rem = hi & ((U32(1) << r) - 1)
@@ -199,7 +204,7 @@ def _reciprocal_below_normal(mag):
 
   The float32 quotient ``y`` of ``2^K`` by ``s`` (both exact) is within 1/4
   of it; with ``c = floor(y)`` the result is ``c + 1`` where ``2^(K+1) >
-  (2c + 1) s`` (a 48-bit product in 12-bit pieces; never equal), else ``c``.
+  (2c + 1) s`` (:func:`_wide_product`; never equal), else ``c``.
   No loop and no branch: the 46-step long division behind a cond that this
   replaced made every exact scale step's program larger and slower to
   compile.
@@ -209,11 +214,7 @@ def _reciprocal_below_normal(mag):
   y = (jnp.where(k == 46, np.float32(2.0**46), np.float32(2.0**45))
        / s.astype(I32).astype(jnp.float32))
   c = y.astype(U32)                                # < 2^24
-  d = 2 * c + 1
-  d1, d0, s1, s0 = d >> 12, d & 0xFFF, s >> 12, s & 0xFFF
-  mid = d1 * s0 + d0 * s1                          # < 2^26
-  low = d0 * s0 + ((mid & 0xFFF) << 12)            # < 2^25
-  hi = d1 * s1 + (mid >> 12) + (low >> 24)         # (2c + 1) s >> 24
+  hi, _ = _wide_product(2 * c + 1, s)
   return c + (hi < (U32(1) << (k - 23).astype(U32))).astype(U32)
 
 
