@@ -166,20 +166,14 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
   """
   a, b = jnp.broadcast_arrays(a, b)
   ua, ub = _u32(a), _u32(b)
-  ea, eb = (ua >> 23) & 0xFF, (ub >> 23) & 0xFF
-  ma = ((ua & 0x7FFFFF) | U32(0x800000)) >> 16            # [2^7, 2^8)
-  fb = ub & 0x7FFFFF
-  # b's significand normalized to [2^23, 2^24): a subnormal one's leading
-  # bit read off its exact float32 conversion.
-  lead = jnp.where(eb == 0,
-                   (_u32(fb.astype(I32).astype(jnp.float32)) >> 23)
-                   .astype(I32) - 127, 23)
-  mb = jnp.where(eb == 0, fb << (23 - lead).astype(U32), fb | 0x800000)
-  prod = ma * mb                                           # [2^30, 2^32)
+  # value = s * 2^(e - 150), s in [2^23, 2^24) (0 for zero); a's 8 bits
+  # are the top of its s.
+  ea, sa = bits_lib.split(ua & 0x7FFFFFFF)
+  eb, sb = bits_lib.split(ub & 0x7FFFFFFF)
+  prod = (sa >> 16) * sb                                   # [2^30, 2^32)
   top = (prod >> 31).astype(I32)              # the leading bit: 30 + top
   # The exact product is prod * 2^e2; its leading bit has biased exponent be.
-  e2 = (ea.astype(I32) + jnp.maximum(eb, 1).astype(I32) - (23 - lead)
-        - 284)
+  e2 = ea + eb - 284
   be = 30 + top + e2 + 127
   # Bits below 2^-149 (subnormal) or below the 24th leading bit are cut.
   cut = jnp.maximum(7 + top, -149 - e2)
@@ -191,11 +185,12 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
                 q)
   out = (jnp.maximum(be, 1) - 1).astype(U32) * U32(0x800000) + q
   out = jnp.minimum(out, U32(bits_lib.INF))
-  # Zeros from the fields: LLVM folds a test of the whole magnitude's bits
-  # into a float comparison, which XLA on CPU runs flushing subnormal b.
-  zero = (ea == 0) | (mb == 0)
-  out = jnp.where(zero, U32(0), out) | ((ua ^ ub) & U32(bits_lib.SIGN))
-  return _f32(jnp.where((ea == 0xFF) | (eb == 0xFF), _u32(a * b), out))
+  # Zeros from the product: in an earlier form LLVM folded a test of the
+  # magnitude's bits for zero into a float comparison, which XLA on CPU
+  # runs flushing subnormal b to zero.
+  out = jnp.where(prod == 0, U32(0), out) | ((ua ^ ub) & U32(bits_lib.SIGN))
+  special = jnp.maximum(ua & 0x7FFFFFFF, ub & 0x7FFFFFFF) >= bits_lib.INF
+  return _f32(jnp.where(special, _u32(a * b), out))
 
 
 def _reciprocal_below_normal(mag):
