@@ -253,6 +253,20 @@ def test_reciprocals_below_float32s_normal_range_are_ieees(opt):
   np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("opt", [None, 2])
+def test_reciprocals_of_subnormals_are_ieees(opt):
+  """f32.reciprocal of every subnormal float32 (and +0), whose reciprocals
+  are normal or overflow (the quotient 2^100 / n of the bits n, scaled by
+  2^49), against float64's rounded once; also at LLVM -O2."""
+  x = np.arange(0, 0x800000, dtype=np.uint32).view(np.float32)
+  opts = {} if opt is None else {"xla_backend_optimization_level": opt}
+  got = np.asarray(jax.jit(f32.reciprocal).lower(x).compile(opts)(x))
+  with np.errstate(divide="ignore", over="ignore"):
+    want = _f32(1.0 / x.astype(np.float64))
+  assert np.isinf(want).sum() > 0x200000 and np.isfinite(want).sum() > 0x400000
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("how", ["eager", "jit", "jit_llvm_o2"])
 def test_mul_narrow_is_the_ieee_product(how):
   """f32.mul_narrow of short significands (zero or normal, at most 8 bits:

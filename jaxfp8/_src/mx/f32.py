@@ -167,8 +167,10 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
   a, b = jnp.broadcast_arrays(a, b)
   ua, ub = _u32(a), _u32(b)
   # value = s * 2^(e - 150), s in [2^23, 2^24) (0 for zero); a's 8 bits
-  # are the top of its s.
-  ea, sa = bits_lib.split(ua & 0x7FFFFFFF)
+  # are the top of its s. Only b may be subnormal (split normalizes it).
+  ma = ua & 0x7FFFFFFF
+  ea = (ma >> 23).astype(I32)
+  sa = jnp.where(ma == 0, U32(0), (ma & 0x7FFFFF) | U32(_MIN_NORMAL_BITS))
   eb, sb = bits_lib.split(ub & 0x7FFFFFFF)
   prod = (sa >> 16) * sb                                   # [2^30, 2^32)
   top = (prod >> 31).astype(I32)              # the leading bit: 30 + top
@@ -204,8 +206,9 @@ def _reciprocal_below_normal(mag):
   replaced made every exact scale step's program larger and slower to
   compile.
   """
-  e, s = bits_lib.split(mag)
-  k = 299 - e.astype(I32)                          # 45 or 46
+  e = (mag >> 23).astype(I32)                      # x is normal: no split
+  s = (mag & 0x7FFFFF) | U32(_MIN_NORMAL_BITS)
+  k = 299 - e                                      # 45 or 46
   y = (jnp.where(k == 46, np.float32(2.0**46), np.float32(2.0**45))
        / s.astype(I32).astype(jnp.float32))
   c = y.astype(U32)                                # < 2^24
@@ -227,12 +230,18 @@ def reciprocal(a: jax.Array) -> jax.Array:
   Array(5.877472e-39, dtype=float32)
   """
   mag = _u32(a) & 0x7FFFFFFF
-  safe = jnp.where(mag == 0, U32(_ONE_BITS), mag)
-  m, k, _, _ = _normalized(safe)
-  normal = bits_lib.ldexp(_u32(np.float32(1) / m), -k)  # 1/m in (1/2, 1]
-  big = safe > U32(0x7E800000)  # 2^126: beyond it 1/a is subnormal
-  out = jnp.where(big, _reciprocal_below_normal(safe), normal)
-  out = jnp.where(mag == 0, U32(bits_lib.INF), out)
+  # Where a and 1 / a are both normal, XLA's division is the IEEE one.
+  out = _u32(np.float32(1) / _f32(mag))
+  big = mag > U32(0x7E800000)  # 2^126: beyond it 1 / a is subnormal
+  out = jnp.where(big, _reciprocal_below_normal(
+      jnp.where(big, mag, U32(0x7F000000))), out)
+  # A subnormal a is n * 2^-149 (its bits n, exact as a float32): 1 / a is
+  # the IEEE quotient 2^100 / n, scaled by 2^49 exactly, or past float32's
+  # range, where IEEE's rounding overflows to Inf too (n = 0: +Inf).
+  sub = mag < U32(_MIN_NORMAL_BITS)
+  n = jnp.where(sub, mag, U32(1)).astype(I32).astype(jnp.float32)
+  tiny = np.float32(2.0**100) / n * np.float32(2.0**49)
+  out = jnp.where(sub, _u32(tiny), out)
   out = jnp.where(mag == bits_lib.INF, U32(0), out)
   return _f32(jnp.where(mag > bits_lib.INF, U32(bits_lib.NAN), out))
 
