@@ -253,14 +253,21 @@ def test_reciprocals_below_float32s_normal_range_are_ieees(opt):
   np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("fn", ["reciprocal", "reciprocal_to_normal"])
 @pytest.mark.parametrize("opt", [None, 2])
-def test_reciprocals_of_subnormals_are_ieees(opt):
-  """f32.reciprocal of every subnormal float32 (and +0), whose reciprocals
-  are normal or overflow (the quotient 2^100 / n of the bits n, scaled by
-  2^49), against float64's rounded once; also at LLVM -O2."""
-  x = np.arange(0, 0x800000, dtype=np.uint32).view(np.float32)
+def test_reciprocals_up_to_2_126_are_ieees(fn, opt):
+  """f32.reciprocal and reciprocal_to_normal of every subnormal float32 (and
+  +0), whose reciprocals are normal or overflow (the quotient 2^100 / n of
+  the bits n, scaled by 2^49), and of 2^20 normal ones up to 2^126 (XLA's
+  division), against float64's rounded once; also at LLVM -O2. Both agreed
+  on all of [0, 2^126] on JAX 0.10.2 and 0.12.0.1 when written."""
+  rng = np.random.default_rng(7)
+  normal = rng.integers(0x800000, 0x7E800001, 1 << 20, dtype=np.uint32)
+  normal[:2] = [0x800000, 0x7E800000]
+  x = np.concatenate([np.arange(0, 0x800000, dtype=np.uint32),
+                      normal]).view(np.float32)
   opts = {} if opt is None else {"xla_backend_optimization_level": opt}
-  got = np.asarray(jax.jit(f32.reciprocal).lower(x).compile(opts)(x))
+  got = np.asarray(jax.jit(getattr(f32, fn)).lower(x).compile(opts)(x))
   with np.errstate(divide="ignore", over="ignore"):
     want = _f32(1.0 / x.astype(np.float64))
   assert np.isinf(want).sum() > 0x200000 and np.isfinite(want).sum() > 0x400000

@@ -216,6 +216,18 @@ def _reciprocal_below_normal(mag):
   return c + (hi < (U32(1) << (k - 23).astype(U32))).astype(U32)
 
 
+def _normal_reciprocal(mag: jax.Array) -> jax.Array:
+  """Bits of ``1 / x`` for magnitude bits ``x <= 2^126`` (results normal or
+  Inf): XLA's division where ``x`` is normal (there it is the IEEE one);
+  for a subnormal ``x = n * 2^-149`` (its bits n, exact as a float32), the
+  IEEE quotient ``2^100 / n`` scaled by 2^49 exactly, or past float32's
+  range, where IEEE's rounding overflows to Inf too (n = 0: +Inf)."""
+  sub = mag < U32(_MIN_NORMAL_BITS)
+  n = jnp.where(sub, mag, U32(1)).astype(I32).astype(jnp.float32)
+  tiny = np.float32(2.0**100) / n * np.float32(2.0**49)
+  return jnp.where(sub, _u32(tiny), _u32(np.float32(1) / _f32(mag)))
+
+
 def reciprocal(a: jax.Array) -> jax.Array:
   """``1 / a`` in float32, nearest even, subnormal operands and results kept.
 
@@ -230,20 +242,31 @@ def reciprocal(a: jax.Array) -> jax.Array:
   Array(5.877472e-39, dtype=float32)
   """
   mag = _u32(a) & 0x7FFFFFFF
-  # Where a and 1 / a are both normal, XLA's division is the IEEE one.
-  out = _u32(np.float32(1) / _f32(mag))
   big = mag > U32(0x7E800000)  # 2^126: beyond it 1 / a is subnormal
   out = jnp.where(big, _reciprocal_below_normal(
-      jnp.where(big, mag, U32(0x7F000000))), out)
-  # A subnormal a is n * 2^-149 (its bits n, exact as a float32): 1 / a is
-  # the IEEE quotient 2^100 / n, scaled by 2^49 exactly, or past float32's
-  # range, where IEEE's rounding overflows to Inf too (n = 0: +Inf).
-  sub = mag < U32(_MIN_NORMAL_BITS)
-  n = jnp.where(sub, mag, U32(1)).astype(I32).astype(jnp.float32)
-  tiny = np.float32(2.0**100) / n * np.float32(2.0**49)
-  out = jnp.where(sub, _u32(tiny), out)
+      jnp.where(big, mag, U32(0x7F000000))), _normal_reciprocal(mag))
   out = jnp.where(mag == bits_lib.INF, U32(0), out)
   return _f32(jnp.where(mag > bits_lib.INF, U32(bits_lib.NAN), out))
+
+
+def reciprocal_to_normal(a: jax.Array) -> jax.Array:
+  """:func:`reciprocal` of ``a`` in [0, 2^126], whose reciprocals are
+  normal or overflow: the same bits, without the correction that results
+  below 2^-126 need (a smaller program where the operand's range is known,
+  as for NVFP4's encode scales).
+
+  Args:
+    a: float32 in [0, 2^126] (larger values are not checked and come out
+      wrong).
+
+  Returns:
+    float32: the IEEE quotient (Inf where it overflows).
+
+  >>> import jax.numpy as jnp
+  >>> reciprocal_to_normal(jnp.float32(2.0**-127))  # XLA's 1 / a gives Inf
+  Array(1.7014118e+38, dtype=float32)
+  """
+  return _f32(_normal_reciprocal(_u32(a) & 0x7FFFFFFF))
 
 
 def mul_into_narrow(x: jax.Array, s: jax.Array) -> jax.Array:
@@ -291,4 +314,4 @@ def divide(x: jax.Array, y: jax.Array) -> jax.Array:
 
 
 __all__ = ["F32_MAX", "divide", "mul", "mul_into_narrow", "mul_narrow",
-           "reciprocal"]
+           "reciprocal", "reciprocal_to_normal"]

@@ -117,7 +117,9 @@ def _te_scales(good_max, amax, *, exact: bool = True):
       lax.bitcast_convert_type(jnp.minimum(bs, f32.F32_MAX), U32),
       _FORMAT.scale, rounding="nearest"), jnp.float32)
   if exact:
-    enc = f32.reciprocal(f32.mul_narrow(bs, s_dec))  # bs: e4m3's 4 bits
+    # bs: e4m3's 4 bits. bs * S_dec <= 448 * FLT_MAX / 2688 < 2^126, so
+    # the reciprocal is normal (or, for bs 0, Inf).
+    enc = f32.reciprocal_to_normal(f32.mul_narrow(bs, s_dec))
   else:
     enc = np.float32(1) / (bs * s_dec)
   return bs, jnp.minimum(enc, f32.F32_MAX), s_dec
