@@ -15,6 +15,8 @@ on every backend:
   twice that way, so it is computed from the integer significands instead
   (a 48-bit product in two 24-bit words; a float32 quotient corrected by
   one such product).
+* :func:`reciprocal_to_normal` is :func:`reciprocal` for operands up to
+  2^126, whose reciprocals are normal or overflow: no correction step.
 * :func:`mul_narrow` is :func:`mul` for a first operand of at most 8
   significant bits (a narrow format's value, times an fp8 scale or not):
   one rounding of a 32-bit integer product, no branch.
