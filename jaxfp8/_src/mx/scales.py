@@ -171,8 +171,9 @@ def nv_scales(bmax: jax.Array, mx: MXFormat, mode: str
   # NaN whatever their scale); from block maxima, so x is read once for it.
   bmax = jnp.where(bad, U32(0), bmax)
   j = _tensor_exponent(jnp.max(bmax, initial=0), mx)
-  # ldexp is monotone: the block max of x / 2^j.
-  bamax = bits_lib.ldexp(bmax, -j)
+  # Monotone: the block max of x / 2^j (0 below 2^-126, where q rounds to
+  # 0 in E4M3 either way).
+  bamax = bits_lib.ldexp_or_zero(bmax, -j)
   # Division is correctly rounded, and a quotient by the element max (or by
   # a 4-bit scale, later) never rounds onto a rounding boundary of a coarser
   # grid unless it is exactly there, so rounding the float32 quotient again
