@@ -70,8 +70,8 @@ def ldexp_or_zero(mag: jax.Array, k: jax.Array) -> jax.Array:
   finite magnitude bits times 2^k where that is at least 2^-126 (exact: a
   power of two moves the exponent), +0 below it, Inf on overflow.
 
-  Every fp8, fp6 and fp4 grid (and E4M3's block scales) rounds a float32
-  below 2^-126 to zero, so the nearest-even rounding onto float32's
+  Every fp8, fp6, fp4 and MXINT8 grid (and E4M3's block scales) rounds a
+  float32 below 2^-126 to zero, so the nearest-even rounding onto float32's
   subnormal grid that :func:`ldexp` does there is not needed: a smaller
   program for the exact branches of the MX quantizers.
 
