@@ -170,10 +170,10 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
   ua, ub = _u32(a), _u32(b)
   # value = s * 2^(e - 150), s in [2^23, 2^24) (0 for zero); a's 8 bits
   # are the top of its s. Only b may be subnormal (split normalizes it).
-  ma = ua & 0x7FFFFFFF
+  ma, mb = ua & 0x7FFFFFFF, ub & 0x7FFFFFFF
   ea = (ma >> 23).astype(I32)
   sa = jnp.where(ma == 0, U32(0), (ma & 0x7FFFFF) | U32(_MIN_NORMAL_BITS))
-  eb, sb = bits_lib.split(ub & 0x7FFFFFFF)
+  eb, sb = bits_lib.split(mb)
   prod = (sa >> 16) * sb                                   # [2^30, 2^32)
   top = (prod >> 31).astype(I32)              # the leading bit: 30 + top
   # The exact product is prod * 2^e2; its leading bit has biased exponent be.
@@ -193,7 +193,7 @@ def mul_narrow(a: jax.Array, b: jax.Array) -> jax.Array:
   # magnitude's bits for zero into a float comparison, which XLA on CPU
   # runs flushing subnormal b to zero.
   out = jnp.where(prod == 0, U32(0), out) | ((ua ^ ub) & U32(bits_lib.SIGN))
-  special = jnp.maximum(ua & 0x7FFFFFFF, ub & 0x7FFFFFFF) >= bits_lib.INF
+  special = jnp.maximum(ma, mb) >= bits_lib.INF
   return _f32(jnp.where(special, _u32(a * b), out))
 
 
