@@ -65,33 +65,6 @@ def ldexp(mag: jax.Array, k: jax.Array) -> jax.Array:
   return jnp.where(s == 0, U32(0), out)
 
 
-def ldexp_or_zero(mag: jax.Array, k: jax.Array) -> jax.Array:
-  """:func:`ldexp` for callers that round the result into a narrow format:
-  finite magnitude bits times 2^k where that is at least 2^-126 (exact: a
-  power of two moves the exponent), +0 below it, Inf on overflow.
-
-  Every fp8, fp6, fp4 and MXINT8 grid (and E4M3's block scales) rounds a
-  float32 below 2^-126 to zero, so the nearest-even rounding onto float32's
-  subnormal grid that :func:`ldexp` does there is not needed: a smaller
-  program for the exact branches of the MX quantizers.
-
-  >>> import numpy as np
-  >>> m = np.array([0x3F800000, 0x00000003, 0x00800000], np.uint32)
-  >>> ldexp_or_zero(m, np.array([-3, 140, -1], np.int32))  # 1/8, 3 * 2^-9, 0
-  Array([1040187392, 1002438656,          0], dtype=uint32)
-  """
-  sub = mag < 0x800000
-  # A subnormal is its bits n times 2^-149, and float(n) is exact and normal.
-  base = jnp.where(sub, lax.bitcast_convert_type(
-      mag.astype(I32).astype(jnp.float32), U32), mag)
-  k = jnp.where(sub, k - 149, k)
-  e = (base >> 23).astype(I32) + k
-  # Where e >= 1, k << 23 stays within int32 (k >= 1 - 254).
-  out = jnp.where(e >= 1, (base.astype(I32) + (k << 23)).astype(U32), U32(0))
-  out = jnp.where(e >= 255, U32(INF), out)
-  return jnp.where(mag == 0, U32(0), out)
-
-
 def frac_bits(v: float) -> int:
   """The 23 fraction bits of v's normalized float32 significand."""
   return rounding_lib.f32_bits(v) & 0x7FFFFF

@@ -192,7 +192,7 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
   def exact(t, j, s_blk, rand):
     sv = blockwise.per_element(s_blk)
     bits = lax.bitcast_convert_type(t, U32)
-    xs = bits_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits), -j)
+    xs = rounding_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits), -j)
     ym = lax.bitcast_convert_type(
         f32.divide(lax.bitcast_convert_type(xs, jnp.float32), sv), U32)
     ym = jnp.where((xs < 0x800000) | (sv == 0), U32(0), ym)

@@ -124,7 +124,8 @@ def _quantize_mx(xp, rand, mx: MXFormat, block_size: int, mode: str,
   def exact(xb, s, rand):
     k, bad = scales_lib.e8m0_parts(s)
     bits = lax.bitcast_convert_type(xb, U32)
-    y = bits_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits), -k[..., None])
+    y = rounding_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits),
+                                   -k[..., None])
     codes = elements_lib.element_codes((bits & U32(bits_lib.SIGN)) | y, mx,
                                        rounding=rounding, rand=rand)
     return _nan_blocks(codes, bad, mx)
@@ -238,7 +239,7 @@ def _exact_values(xb, k, mx: MXFormat):
   in the element format, times ``2^k`` (nearest even among float32's
   subnormals)."""
   bits = lax.bitcast_convert_type(xb, U32)
-  xs = bits_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits), -k)
+  xs = rounding_lib.ldexp_or_zero(bits_lib.finite_magnitude(bits), -k)
   mag = rounding_lib.saturated_bits(xs, mx.element, rounding="nearest")
   v = bits_lib.mul_pow2(lax.bitcast_convert_type(mag, jnp.float32), k)
   return lax.bitcast_convert_type(

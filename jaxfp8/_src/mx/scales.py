@@ -30,6 +30,7 @@ from jaxfp8._src.mx import elements as elements_lib
 from jaxfp8._src.mx import f32
 from jaxfp8._src.mx import tuning
 from jaxfp8._src.mx.formats import MXFormat
+from jaxfp8._src.numerics import rounding as rounding_lib
 
 ScaleMode = Literal["floor", "rceil", "ceil", "even"]
 SCALE_MODES: tuple[str, ...] = ("floor", "rceil", "ceil", "even")
@@ -173,7 +174,7 @@ def nv_scales(bmax: jax.Array, mx: MXFormat, mode: str
   j = _tensor_exponent(jnp.max(bmax, initial=0), mx)
   # Monotone: the block max of x / 2^j (0 below 2^-126, where q rounds to
   # 0 in E4M3 either way).
-  bamax = bits_lib.ldexp_or_zero(bmax, -j)
+  bamax = rounding_lib.ldexp_or_zero(bmax, -j)
   # Division is correctly rounded, and a quotient by the element max (or by
   # a 4-bit scale, later) never rounds onto a rounding boundary of a coarser
   # grid unless it is exactly there, so rounding the float32 quotient again

@@ -55,6 +55,42 @@ def f32_bits(v: float) -> int:
   return int(np.array(v, np.float32).view(np.uint32))
 
 
+def ldexp_or_zero(mag: jax.Array, k: jax.Array) -> jax.Array:
+  """Finite float32 magnitude bits times 2^k where that is at least 2^-126
+  (exact: a power of two moves the exponent), +0 below it, Inf on overflow.
+
+  For callers whose result goes into a grid that holds nothing below
+  2^-126: every fp8, fp6, fp4 and MXINT8 grid (and E4M3's block scales)
+  rounds such a float32 to zero, and per-tensor scales are at least 2^-126.
+  The rounding onto float32's subnormal grid (``mx.bits.ldexp``) is not
+  needed there, and integer arithmetic keeps what XLA on CPU would flush.
+
+  Args:
+    mag: uint32 bit patterns of finite non-negative float32 values.
+    k: int32 exponents, broadcastable against ``mag``.
+
+  Returns:
+    uint32 bit patterns of the products.
+
+  >>> import numpy as np
+  >>> m = np.array([0x3F800000, 0x00000003, 0x00800000], np.uint32)
+  >>> ldexp_or_zero(m, np.array([-3, 140, -1], np.int32))  # 1/8, 3 * 2^-9, 0
+  Array([1040187392, 1002438656,          0], dtype=uint32)
+  """
+  i32 = jnp.int32
+  sub = mag < 0x800000
+  # A subnormal is its bits n times 2^-149, and float(n) is exact and normal.
+  base = jnp.where(sub, lax.bitcast_convert_type(
+      mag.astype(i32).astype(jnp.float32), _U32), mag)
+  k = jnp.where(sub, k - 149, k)
+  e = (base >> 23).astype(i32) + k
+  # Where e >= 1, k << 23 stays within int32 (k >= 1 - 254).
+  out = jnp.where(e >= 1, (base.astype(i32) + (k << 23)).astype(_U32),
+                  _U32(0))
+  out = jnp.where(e >= 255, _U32(0x7F800000), out)
+  return jnp.where(mag == 0, _U32(0), out)
+
+
 def _classify(bits):
   """(magnitude bits, negative, NaN, Inf) of float32 bit patterns.
 
