@@ -47,6 +47,49 @@ def test_compute_scale_exact(fmt):
   assert tiny >= np.finfo(np.float32).tiny
 
 
+# (format, margin) pairs: every scaled format's max, margins that bring a
+# tiny amax's scale back into float32's normal range and that push a large
+# one past it.
+_SCALE_CASES = (("e4m3", 0), ("e4m3", 12), ("e5m2", 126), ("e2m1", -7),
+                ("e3m2", 60), ("e2m3", -126), ("e3m4", 40))
+
+
+def test_compute_scale_is_the_rounded_product_shifted_exactly():
+  """compute_scale(a) is float32(a * float32(1 / max)) rounded once to a
+  24-bit significand, times 2^margin exactly, clipped to float32's normal
+  range (and rounded up to a power of two), for amaxes of every binade:
+  subnormal ones, and normal ones whose product by 1 / max is below 2^-126,
+  which XLA on CPU would flush (and the margin then shift a zero). One
+  program for every case, at the suite's flags."""
+  rng = np.random.default_rng(11)
+  n = 1 << 14
+  bits = rng.integers(1, 0x7F800000, n, dtype=np.uint32)
+  bits[: n // 4] = rng.integers(1, 0x800000, n // 4, dtype=np.uint32)
+  bits[n // 4: n // 2] = rng.integers(0x800000, 0x05000000, n // 4,
+                                      dtype=np.uint32)
+  a = bits.view(np.float32)
+  cases = [(f, m, p2) for f, m in _SCALE_CASES for p2 in (False, True)]
+
+  @jax.jit
+  def scales(a):
+    return [jax.vmap(lambda v, f=f, m=m, p2=p2: P.compute_scale(
+        v, f, margin=m, power_of_two=p2))(a) for f, m, p2 in cases]
+
+  a64 = a.astype(np.float64)
+  k = np.where(a64 < 2.0**-60, 64, 0)  # no product below 2^-126 here
+  for (f, m, p2), got in zip(cases, scales(a)):
+    inv = np.float64(np.float32(1) / np.float32(formats.get(f).max))
+    base = (a64 * np.exp2(k) * inv).astype(np.float32).astype(np.float64)
+    want = np.clip(base * np.exp2(m - k), 2.0**-126,
+                   float(np.finfo(np.float32).max)).astype(np.float32)
+    if p2:
+      want = np.minimum(np.exp2(np.ceil(np.log2(want.astype(np.float64)))),
+                        2.0**127).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
+                                  want.view(np.uint32),
+                                  err_msg=f"{f} margin={m} p2={p2}")
+
+
 @pytest.mark.parametrize("fmt", SCALED, ids=lambda f: f.name)
 @pytest.mark.parametrize("power_of_two", [False, True])
 def test_current_scaling_round_trip(fmt, power_of_two):

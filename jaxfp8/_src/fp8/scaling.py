@@ -31,6 +31,7 @@ import numpy as np
 
 from jaxfp8._src import compat
 from jaxfp8._src.numerics import formats
+from jaxfp8._src.numerics import rounding as rounding_lib
 from jaxfp8._src.numerics import validate
 from jaxfp8._src.numerics.cast import cast
 from jaxfp8._src.numerics.codes import as_float32
@@ -76,14 +77,22 @@ _SIGN = np.uint32(0x7FFFFFFF)
 _INF_BITS = np.uint32(0x7F800000)
 _MIN_NORMAL_BITS = np.uint32(0x00800000)
 _TWO_64 = np.float32(2.0**64)
+# Amaxes below 2^-100 are lifted by 2^64 before the product by 1 / max: the
+# product stays normal (every scaled format's max is below 2^26), where XLA
+# on CPU would flush a subnormal one and lose a scale that the margin
+# brings back into range.
+_SMALL_AMAX_BITS = 0x0D800000  # 2^-100
 
 
 def _magnitude_bits(x32: jax.Array) -> jax.Array:
   return jax.lax.bitcast_convert_type(x32, jnp.uint32) & _SIGN
 
 
-def _normalized(v: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """``(v * 2^k, k)`` with ``k`` 64 for float32 subnormals, else 0, exact.
+def _normalized(v: jax.Array, below: int = _MIN_NORMAL_BITS
+                ) -> tuple[jax.Array, jax.Array]:
+  """``(v * 2^k, k)``, exact: ``k`` is 64 where ``|v|`` is below the float32
+  whose bits are ``below`` (at most 2^-64's; by default the subnormals),
+  else 0.
 
   XLA on CPU flushes subnormal operands to zero, so the subnormal's value is
   rebuilt from its mantissa bits (``m * 2^-149 * 2^64 = m * 2^-85``, a normal
@@ -94,7 +103,11 @@ def _normalized(v: jax.Array) -> tuple[jax.Array, jax.Array]:
   sub = mag < _MIN_NORMAL_BITS
   rebuilt = mag.astype(jnp.float32) * np.float32(2.0**-85)
   rebuilt = jnp.where(bits >> 31 == 1, -rebuilt, rebuilt)
-  return jnp.where(sub, rebuilt, v), jnp.where(sub, 64, 0)
+  if below == _MIN_NORMAL_BITS:
+    return jnp.where(sub, rebuilt, v), jnp.where(sub, 64, 0)
+  lift = mag < below
+  return (jnp.where(sub, rebuilt, jnp.where(lift, v * _TWO_64, v)),
+          jnp.where(lift, 64, 0))
 
 
 def divide(x32: jax.Array, scale: jax.Array) -> jax.Array:
@@ -222,19 +235,25 @@ def compute_scale(amax_value: Any, fmt: formats.FormatLike, *, margin: int = 0,
   margin = check_margin(margin, fn)
   _check_previous(previous, fn)
   a = as_float32(amax_value)
-  # Times float32(1 / max), then shift by the margin exactly: no
-  # overflowing factor; a subnormal amax is first made normal (XLA on CPU
-  # would flush it). XLA compiles a division by a constant (or by any
+  # Times float32(1 / max), then shifted by the margin exactly: no
+  # overflowing factor; an amax below 2^-100 is first lifted by 2^64
+  # (_SMALL_AMAX_BITS). XLA compiles a division by a constant (or by any
   # broadcast scalar) into this product under jit, while an eager scalar
-  # division is exact: written as the product, jit and eager agree.
-  an, k = _normalized(a)
-  scale = jnp.ldexp(an * (np.float32(1) / np.float32(fmt.max)),
-                    jnp.int32(margin) - k)
+  # division is exact: written as the product, jit and eager agree. The
+  # shift works on the bits (jnp.ldexp and frexp are float chains around a
+  # `pow`, a kernel of its own in XLA's program); a scale below 2^-126 comes
+  # out 0, which the clip lifts as it lifts every smaller scale.
+  an, k = _normalized(a, _SMALL_AMAX_BITS)
+  base = jax.lax.bitcast_convert_type(
+      an * (np.float32(1) / np.float32(fmt.max)), jnp.uint32) & _SIGN
+  scale = jax.lax.bitcast_convert_type(
+      rounding_lib.ldexp_or_zero(base, jnp.int32(margin) - k), jnp.float32)
   scale = jnp.clip(scale, _MIN_SCALE, _MAX_SCALE)
-  if power_of_two:
-    mant, exp = jnp.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
-    exp = jnp.where(mant == 0.5, exp - 1, exp)
-    scale = jnp.ldexp(jnp.float32(1.0), jnp.minimum(exp, 127))
+  if power_of_two:  # 2^ceil(log2(scale)), at most 2^127
+    sb = jax.lax.bitcast_convert_type(scale, jnp.int32)
+    e = (sb >> 23) + ((sb & 0x7FFFFF) != 0).astype(jnp.int32)
+    scale = jax.lax.bitcast_convert_type(jnp.minimum(e, 254) << 23,
+                                         jnp.float32)
   # Classified by bits only: XLA on CPU may treat a subnormal as 0 in one
   # fusion and not in another. Positive (the sign bit clear), not zero, finite.
   bits = jax.lax.bitcast_convert_type(a, jnp.uint32)
