@@ -62,8 +62,8 @@ def ldexp_or_zero(mag: jax.Array, k: jax.Array) -> jax.Array:
   For callers whose result goes into a grid that holds nothing below
   2^-126: every fp8, fp6, fp4 and MXINT8 grid (and E4M3's block scales)
   rounds such a float32 to zero, and per-tensor scales are at least 2^-126.
-  The rounding onto float32's subnormal grid (``mx.bits.ldexp``) is not
-  needed there, and integer arithmetic keeps what XLA on CPU would flush.
+  Rounding onto float32's subnormal grid is not needed there, and integer
+  arithmetic keeps what XLA on CPU would flush.
 
   Args:
     mag: uint32 bit patterns of finite non-negative float32 values.
