@@ -95,22 +95,27 @@ _SIXTH = np.float32(1.0) / np.float32(6.0)  # TE's constexpr 1.0f / 6.0f
 _FAST_TENSOR_MIN = np.float32(2.0**-100)
 
 
-def _te_scales(good_max, amax, *, exact: bool = True):
-  """Steps 1-4 from finite block maxima and the tensor amax (bits; per
-  tile where tensors are groups of tiles): (block scales, float32 values of
-  e4m3; element encode scales; S_dec).
+def _tensor_scales(amax):
+  """Steps 1-2 from the tensor amax (bits; per tile where tensors are groups
+  of tiles): (S_enc, S_dec), the IEEE results for every amax. Computed once
+  for both branches of :func:`_te_values` (where its plain branch runs, a
+  plain division gives the same bits): scalar kernels in neither."""
+  # Step 1 is blockwise's encode rule with the range 448 * 6 for fmt_max.
+  s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
+  return s_enc, f32.reciprocal(s_enc)
+
+
+def _te_scales(good_max, s_enc, s_dec, *, exact: bool = True):
+  """Steps 3-4 from finite block maxima (bits) and :func:`_tensor_scales`:
+  (block scales, float32 values of e4m3; element encode scales).
 
   ``exact``: every step the IEEE one for every amax (:mod:`.f32`'s forms).
   Otherwise plain float32 operations, the same wherever the amax is 0 or
   at least :data:`_PLAIN_TE_AMAX` (XLA on CPU would flush a step below)."""
-  # Step 1 is blockwise's encode rule with the range 448 * 6 for fmt_max.
-  s_enc = blockwise.encode_scales(amax, _RANGE, "float32")
   bmax_f = lax.bitcast_convert_type(good_max, jnp.float32)
   if exact:
-    s_dec = f32.reciprocal(s_enc)
     bs = f32.mul_into_narrow(bmax_f, s_enc * _SIXTH)
   else:
-    s_dec = np.float32(1) / s_enc
     bs = bmax_f * (s_enc * _SIXTH)
   # Into e4m3 to nearest, saturating: round_to's values, no codes.
   bs = lax.bitcast_convert_type(rounding_lib.saturated_bits(
@@ -122,7 +127,7 @@ def _te_scales(good_max, amax, *, exact: bool = True):
     enc = f32.reciprocal_to_normal(f32.mul_narrow(bs, s_dec))
   else:
     enc = np.float32(1) / (bs * s_dec)
-  return bs, jnp.minimum(enc, f32.F32_MAX), s_dec
+  return bs, jnp.minimum(enc, f32.F32_MAX)
 
 
 def quantize_tiles(x: jax.Array, rand: jax.Array | None,
@@ -172,7 +177,8 @@ def quantize_tiles(x: jax.Array, rand: jax.Array | None,
 
   if tensor_scale == "te":
     good = jnp.where(bad, U32(0), bmax)
-    sc, enc, ts = _te_scales(good, jnp.max(good, initial=U32(0)))
+    s_enc, ts = _tensor_scales(jnp.max(good, initial=U32(0)))
+    sc, enc = _te_scales(good, s_enc, ts)
     # The values are e4m3's: the conversion is exact.
     sc = lax.bitcast_convert_type(sc.astype(_FORMAT.scale.dtype), jnp.uint8)
     y = f32.mul_into_narrow(t, blockwise.per_element(enc))
@@ -236,14 +242,16 @@ _PLAIN_TE_AMAX = np.float32(2.0**-100)
 def _te_values(t, good, bad, amax, rand, rounding: str):
   """:func:`values`' ``"te"`` rule on tiles ``t`` (``good``, ``bad``: their
   finite block maxima, their blocks with NaN or Inf; ``amax`` per tensor or
-  tile): :func:`_te_scales` and the last product plain where the amax is 0
-  or at least :data:`_PLAIN_TE_AMAX`, exact elsewhere (two conds), around
-  one element stage, exact for every amax (no codes)."""
+  tile): :func:`_tensor_scales`, then :func:`_te_scales` and the last
+  product plain where the amax is 0 or at least :data:`_PLAIN_TE_AMAX`,
+  exact elsewhere (two conds), around one element stage, exact for every
+  amax (no codes)."""
   plain = jnp.all((amax == 0)
                   | (amax >= rounding_lib.f32_bits(_PLAIN_TE_AMAX)))
-  bs, enc, s_dec = lax.cond(
+  s_enc, s_dec = _tensor_scales(amax)
+  bs, enc = lax.cond(
       plain, functools.partial(_te_scales, exact=False), _te_scales, good,
-      amax)
+      s_enc, s_dec)
   # A subnormal element times a large encode scale (up to float32's max for
   # the smallest amaxes) is exact here; XLA would flush the element.
   y = lax.bitcast_convert_type(
