@@ -139,6 +139,38 @@ def jax_sampler_methods(name: str) -> tuple[str, ...]:
   return ("exact", "approximate")
 
 
+RANDOM_MODES = ("low", "high", "highest")
+
+
+def jax_random_mode(name: str, mode: Any) -> dict[str, Any]:
+  """``jax.random.<name>``'s own ``mode`` as its keyword arguments, checked.
+
+  JAX 0.12.1 added ``mode`` (``"low"``, ``"high"``, ``"highest"``: how many
+  random bits the float draw converts) to ``normal`` and
+  ``truncated_normal``. Where the installed function has none its draw is
+  its default, so only None and ``"low"`` are accepted there (``{}``).
+
+  Raises:
+    ValueError: for a ``mode`` that is none of these.
+    TypeError: for ``"high"`` or ``"highest"`` where JAX has no ``mode``.
+
+  >>> jax_random_mode("uniform", None)
+  {}
+  """
+  if mode is not None and mode not in RANDOM_MODES:
+    raise ValueError(f"`mode` argument to `{name}` must be None or one of "
+                     f"{RANDOM_MODES}, got {mode!r}")
+  fn = getattr(jax.random, name, None)
+  param = None if fn is None else inspect.signature(fn).parameters.get("mode")
+  if param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY:
+    return {"mode": mode}
+  if mode not in (None, "low"):
+    raise TypeError(f"`mode` argument to `{name}`: {mode!r} needs "
+                    f"jax.random.{name}'s own `mode` (JAX >= 0.12.1); JAX "
+                    f"{jax.__version__} has none")
+  return {}
+
+
 def reshard(x, sharding):
   """Places ``x`` on ``sharding``: ``jax.sharding.reshard`` where it exists."""
   fn = getattr(jax.sharding, "reshard", None)

@@ -174,8 +174,8 @@ def test_install_routes_every_float_sampler_of_jax_random():
 def test_a_sampler_lacking_jax_arguments_is_a_clear_error(monkeypatch):
   from jaxfp8._src.random import continuous  # pylint: disable=g-import-not-at-top
 
-  def normal(key, shape=(), dtype=None):  # lacks out_sharding
-    return (key, shape, dtype)
+  def normal(key, shape=(), dtype=None, *, mode=None):  # lacks out_sharding
+    return (key, shape, dtype, mode)
 
   monkeypatch.setattr(continuous, "normal", normal)
   install_lib._our_samplers.cache_clear()  # pylint: disable=protected-access

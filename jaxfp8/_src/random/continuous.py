@@ -135,7 +135,28 @@ def _standard(fn: str, doc: str):
   return sampler
 
 
-normal = _standard("normal", "Standard normal samples")
+def normal(key, shape=(), dtype=None, *, mode=None, out_sharding=None,
+           method=None, rounding="nearest", table_bits=None):
+  """Standard normal samples, rounded into ``dtype``.
+
+  Same arguments as ``jax.random.normal`` (``mode``: JAX >= 0.12.1's, for
+  wide dtypes and the cast method's float32 draw; the exact and table
+  samplers are exact whatever it is), plus ``method``, ``rounding`` and
+  ``table_bits`` (see :func:`uniform`).
+
+  >>> import jax, jaxfp8
+  >>> jaxfp8.random.normal(jax.random.key(0), (3,), "e5m2")  # doctest: +SKIP
+  Array([-0.375, 1.5, 0.0625], dtype=float8_e5m2)
+  """
+  twin = compat.jax_random_mode("normal", mode)
+  return _sample(
+      "normal", key, shape, dtype, {},
+      lambda k, s, d: jax.random.normal(k, s, d, out_sharding=out_sharding,
+                                        **twin),
+      broadcasts=False, static=twin, out_sharding=out_sharding,
+      method=method, rounding=rounding, table_bits=table_bits)
+
+
 laplace = _standard("laplace", "Standard Laplace samples")
 logistic = _standard("logistic", "Standard logistic samples")
 exponential = _standard("exponential", "Standard exponential samples")
@@ -166,8 +187,8 @@ def gumbel(key, shape=(), dtype=None, mode=None, *, out_sharding=None,
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=None, *,
-                     out_sharding=None, method=None, rounding="nearest",
-                     table_bits=None):
+                     mode="low", out_sharding=None, method=None,
+                     rounding="nearest", table_bits=None):
   """Standard normal samples truncated to (lower, upper), rounded.
 
   The rounded value can lie outside (lower, upper) when a bound is not
@@ -175,6 +196,7 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *,
 
   Args:
     lower, upper: the bounds, ``lower < upper``; shape None broadcasts them.
+    mode: as :func:`normal`'s.
     Others as :func:`uniform`.
 
   >>> import jax, jaxfp8
@@ -183,12 +205,13 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *,
   >>> bool((x.astype("float32") <= 2).all())
   True
   """
+  twin = compat.jax_random_mode("truncated_normal", mode)
   return _sample(
       "truncated_normal", key, shape, dtype, {"lower": lower, "upper": upper},
-      lambda k, s, d: jax.random.truncated_normal(k, lower, upper, s, d,
-                                                  out_sharding=out_sharding),
-      out_sharding=out_sharding, method=method, rounding=rounding,
-      table_bits=table_bits)
+      lambda k, s, d: jax.random.truncated_normal(
+          k, lower, upper, s, d, out_sharding=out_sharding, **twin),
+      static=twin, out_sharding=out_sharding, method=method,
+      rounding=rounding, table_bits=table_bits)
 
 
 def lognormal(key, sigma=1.0, shape=None, dtype=None, *, out_sharding=None,
