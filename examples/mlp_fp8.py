@@ -273,8 +273,10 @@ def train_fp8_params(devices, steps: int, *, seed: int = 0,
   ``each_step(i, params)``, if given, sees the parameters after step i."""
   step, carry, keys, evaluate = fp8_param_training(devices, steps=steps,
                                                    seed=seed)
-  compiled = step.lower(carry, keys[0]).compile()
-  problems = check_sharded_params(compiled, carry, len(devices))
+  traced = step.trace(carry, keys[0])
+  compiled = traced.lower().compile()
+  problems = check_sharded_params(compiled, carry, len(devices),
+                                  traced.jaxpr.consts)
   for i in range(steps):
     carry = compiled(carry, keys[i])
     if each_step is not None:
@@ -293,7 +295,8 @@ _ENTRY = re.compile(r"^ENTRY .*?\((.*)\) -> (.*) \{$", re.MULTILINE)
 _FP8_SHAPE = re.compile(r"f8e4m3fn\[([0-9,]*)\]")
 
 
-def check_sharded_params(compiled, carry, count: int) -> list[str]:
+def check_sharded_params(compiled, carry, count: int,
+                         constants=()) -> list[str]:
   """What is wrong with the compiled sharded train step (empty: nothing).
 
   Each float8_e4m3fn kernel must enter and leave the partitioned program as
@@ -303,7 +306,9 @@ def check_sharded_params(compiled, carry, count: int) -> list[str]:
   shards, so no device receives or keeps a gathered kernel between steps.
   The bytes each device receives (``memory_analysis``) are those of its
   shards of the parameters and Adam moments, the replicated fp8 state and
-  the keys.
+  the keys, and at most the step's closed-over ``constants`` (the data's
+  teacher), which JAX 0.12.1 passes as arguments where earlier versions
+  compile them in.
   """
   params = jax.tree_util.tree_leaves(carry[0])
   expected = [shard_shape(p.shape, count) for p in params if p.ndim == 2]
@@ -340,6 +345,8 @@ def check_sharded_params(compiled, carry, count: int) -> list[str]:
   per_device = nbytes(jax.random.key(0), False) + sum(
       nbytes(x, fsdp) for part, fsdp in zip(carry, (True, False, True))
       for x in jax.tree_util.tree_leaves(part))
+  per_device += sum(int(np.asarray(c).nbytes) for c in constants
+                    if hasattr(c, "shape"))
   memory = compiled.memory_analysis()
   if memory is not None and memory.argument_size_in_bytes > per_device:
     problems.append(f"{memory.argument_size_in_bytes} argument bytes per "
