@@ -139,29 +139,31 @@ def jax_sampler_methods(name: str) -> tuple[str, ...]:
   return ("exact", "approximate")
 
 
-RANDOM_MODES = ("low", "high", "highest")
+# The values of jax.random's own ``mode`` (JAX 0.12.1) per sampler.
+RANDOM_MODES = {"normal": (None, "low", "high", "highest"),
+                "truncated_normal": ("low", "high")}
 
 
 def jax_random_mode(name: str, mode: Any) -> dict[str, Any]:
   """``jax.random.<name>``'s own ``mode`` as its keyword arguments, checked.
 
-  JAX 0.12.1 added ``mode`` (``"low"``, ``"high"``, ``"highest"``: how many
-  random bits the float draw converts) to ``normal`` and
-  ``truncated_normal``. Where the installed function has none its draw is
-  its default, so only None and ``"low"`` are accepted there (``{}``).
+  JAX 0.12.1 added ``mode`` (how many random bits the float draw converts:
+  :data:`RANDOM_MODES`) to ``normal`` and ``truncated_normal``. Where the
+  installed function has none its draw is its default, so only None and
+  ``"low"`` are accepted there (``{}``).
 
   Raises:
-    ValueError: for a ``mode`` that is none of these.
+    ValueError: for a ``mode`` that is not one of the sampler's.
     TypeError: for ``"high"`` or ``"highest"`` where JAX has no ``mode``.
 
-  >>> jax_random_mode("uniform", None)
-  {}
+  >>> jax_random_mode("normal", None) in ({}, {"mode": None})
+  True
   """
-  if mode is not None and mode not in RANDOM_MODES:
-    raise ValueError(f"`mode` argument to `{name}` must be None or one of "
-                     f"{RANDOM_MODES}, got {mode!r}")
-  fn = getattr(jax.random, name, None)
-  param = None if fn is None else inspect.signature(fn).parameters.get("mode")
+  if mode not in RANDOM_MODES[name]:
+    raise ValueError(f"`mode` argument to `{name}` must be one of "
+                     f"{RANDOM_MODES[name]}, got {mode!r}")
+  fn = getattr(jax.random, name)
+  param = inspect.signature(fn).parameters.get("mode")
   if param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY:
     return {"mode": mode}
   if mode not in (None, "low"):

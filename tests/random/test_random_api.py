@@ -55,6 +55,29 @@ def test_signature_mirrors_jax_random(name):
     assert ours[extra].kind == inspect.Parameter.KEYWORD_ONLY, extra
 
 
+@pytest.mark.parametrize("name, args", [("normal", ()),
+                                        ("truncated_normal", (-1.0, 2.0))])
+def test_mode_is_jax_randoms_where_it_has_one(name, args):
+  """``mode`` (JAX >= 0.12.1's "low", "high", "highest"): for float32 ours
+  is jax.random's draw with it; a narrow draw with "high" is the same
+  exact law's (the exact sampler ignores it). Without it in JAX, "high" is
+  a TypeError naming the argument; a bad value is a ValueError everywhere."""
+  ours, theirs = getattr(R, name), getattr(jax.random, name)
+  key = jax.random.key(5)
+  with pytest.raises(ValueError, match=f"`mode` argument to `{name}`"):
+    ours(key, *args, (4,), "float32", mode="medium")
+  if "mode" not in inspect.signature(theirs).parameters:
+    with pytest.raises(TypeError, match="JAX >= 0.12.1"):
+      ours(key, *args, (4,), "float32", mode="high")
+    return
+  for mode in compat.RANDOM_MODES[name]:
+    np.testing.assert_array_equal(ours(key, *args, (64,), "float32", mode=mode),
+                                  theirs(key, *args, (64,), mode=mode))
+  np.testing.assert_array_equal(
+      codes(ours(key, *args, (64,), "e4m3", mode="high")),
+      codes(ours(key, *args, (64,), "e4m3", mode="low")))
+
+
 _OWN_METHOD_ARGS = {"gamma": (2.0,), "beta": (2.0, 3.0), "chisquare": (3.0,),
                     "loggamma": (2.0,)}
 
