@@ -131,12 +131,17 @@ def jax_sampler_methods(name: str) -> tuple[str, ...]:
   >>> jax_sampler_methods("uniform")
   ()
   """
-  fn = getattr(jax.random, name, None)
-  param = None if fn is None else inspect.signature(fn).parameters.get(
-      "method")
-  if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
+  if not _takes_keyword(name, "method"):
     return ()
   return ("exact", "approximate")
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_keyword(name: str, arg: str) -> bool:
+  """Whether ``jax.random.<name>`` has a keyword-only ``arg``."""
+  fn = getattr(jax.random, name, None)
+  param = None if fn is None else inspect.signature(fn).parameters.get(arg)
+  return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
 
 
 # The values of jax.random's own ``mode`` (JAX 0.12.1) per sampler.
@@ -162,9 +167,7 @@ def jax_random_mode(name: str, mode: Any) -> dict[str, Any]:
   if mode not in RANDOM_MODES[name]:
     raise ValueError(f"`mode` argument to `{name}` must be one of "
                      f"{RANDOM_MODES[name]}, got {mode!r}")
-  fn = getattr(jax.random, name)
-  param = inspect.signature(fn).parameters.get("mode")
-  if param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY:
+  if _takes_keyword(name, "mode"):
     return {"mode": mode}
   if mode not in (None, "low"):
     raise TypeError(f"`mode` argument to `{name}`: {mode!r} needs "
